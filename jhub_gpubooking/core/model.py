@@ -1,0 +1,253 @@
+"""Plain value types of the booking core: pools, placements, bookings, maintenance windows.
+
+Amounts are GPUs as :class:`fractions.Fraction`; internally a pool counts *slices*
+(``slices_per_gpu`` per GPU), so a quarter of a GPU in a quarter-slice pool is 1 slice.
+A fraction (< 1 GPU) always sits on one GPU; a whole number of GPUs sits on one node.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any, Mapping
+
+from .errors import InvalidRequest
+
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+#: Sharing backends the package knows how to translate into pod resources.
+KNOWN_BACKENDS = ("whole", "hami", "mig", "time-slicing", "mps", "gpu-manager", "volcano")
+
+
+class BookingState(str, enum.Enum):
+    UPCOMING = "upcoming"
+    ACTIVE = "active"
+    ENDED = "ended"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A set of identical GPUs, grouped by node, shared through one backend.
+
+    ``nodes`` maps node name -> number of GPUs on it; ``gpu_uuids`` optionally maps node name ->
+    the GPU UUIDs by index (used to pin a booked GPU, e.g. HAMi's ``nvidia.com/use-gpuuuid``).
+    ``resource_name`` overrides the backend's default extended resource (e.g. the MIG profile
+    resource ``nvidia.com/mig-1g.10gb`` or a renamed ``nvidia.com/gpu.shared``).
+    ``node_selector`` is added to every pod of the pool, next to the booked node.
+    """
+
+    name: str
+    nodes: Mapping[str, int]
+    slices_per_gpu: int = 1
+    display_name: str = ""
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0
+    backend: str = "whole"
+    gpu_uuids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    resource_name: str = ""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise ValueError(
+                f"Pool name {self.name!r} must be lowercase letters, digits and '-' (max 63)."
+            )
+        if not isinstance(self.slices_per_gpu, int) or not 1 <= self.slices_per_gpu <= 64:
+            raise ValueError(f"Pool {self.name}: slices_per_gpu must be an integer from 1 to 64.")
+        if not self.nodes:
+            raise ValueError(f"Pool {self.name}: 'nodes' must name at least one node.")
+        for node, count in self.nodes.items():
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ValueError(f"Pool {self.name}: node {node!r} needs a GPU count >= 0.")
+        for node, uuids in self.gpu_uuids.items():
+            if node not in self.nodes:
+                raise ValueError(f"Pool {self.name}: gpu_uuids names unknown node {node!r}.")
+            if len(uuids) != self.nodes[node]:
+                raise ValueError(
+                    f"Pool {self.name}: node {node!r} has {self.nodes[node]} GPUs "
+                    f"but {len(uuids)} UUIDs."
+                )
+        if self.gpu_memory_mib < 0:
+            raise ValueError(f"Pool {self.name}: gpu_memory_mib must be >= 0.")
+        if not self.display_name:
+            object.__setattr__(self, "display_name", self.name)
+        # freeze mappings so a Pool can be shared between threads safely
+        object.__setattr__(self, "nodes", dict(self.nodes))
+        object.__setattr__(self, "gpu_uuids", {k: tuple(v) for k, v in self.gpu_uuids.items()})
+        object.__setattr__(self, "node_selector", dict(self.node_selector))
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "Pool":
+        """Build a pool from a config dict (the service's ``pools`` trait entries)."""
+        allowed = {
+            "name", "nodes", "slices_per_gpu", "display_name", "gpu_model", "gpu_memory_mib",
+            "backend", "gpu_uuids", "node_selector", "resource_name", "description",
+        }
+        unknown = set(config) - allowed
+        if unknown:
+            raise ValueError(
+                f"Pool config {config.get('name', '?')!r} has unknown keys: {sorted(unknown)}; "
+                f"allowed: {sorted(allowed)}."
+            )
+        if "name" not in config or "nodes" not in config:
+            raise ValueError("Each pool config needs at least 'name' and 'nodes'.")
+        return cls(**dict(config))
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(self.nodes.values())
+
+    @property
+    def total_slices(self) -> int:
+        return self.total_gpus * self.slices_per_gpu
+
+    def gpu_uuid(self, node: str, index: int) -> str | None:
+        uuids = self.gpu_uuids.get(node)
+        return uuids[index] if uuids else None
+
+    def amount_to_slices(self, amount: Fraction) -> int:
+        """Slices needed for ``amount`` GPUs; refuses amounts this pool cannot give."""
+        amount = Fraction(amount)
+        if amount <= 0:
+            raise InvalidRequest("The number of GPUs must be greater than zero.")
+        if amount > 1 and amount.denominator != 1:
+            raise InvalidRequest(
+                f"{format_amount(amount)} GPUs cannot be booked: more than one GPU must be a "
+                "whole number (a fraction always sits on a single GPU)."
+            )
+        slices = amount * self.slices_per_gpu
+        if slices.denominator != 1:
+            steps = ", ".join(
+                format_amount(Fraction(k, self.slices_per_gpu))
+                for k in range(1, self.slices_per_gpu + 1)
+            )
+            raise InvalidRequest(
+                f"Pool {self.display_name} shares each GPU in {self.slices_per_gpu} slice(s); "
+                f"{format_amount(amount)} GPU is not bookable here (bookable: {steps}, "
+                "or a whole number of GPUs)."
+            )
+        max_gpus = max(self.nodes.values())
+        if amount > max_gpus:
+            raise InvalidRequest(
+                f"Pool {self.display_name} has at most {max_gpus} GPU(s) on one node; a booking "
+                f"of {format_amount(amount)} GPUs cannot be placed on a single node."
+            )
+        return int(slices)
+
+    def slices_to_amount(self, slices: int) -> Fraction:
+        return Fraction(slices, self.slices_per_gpu)
+
+
+def parse_amount(value: Any) -> Fraction:
+    """Parse a GPU amount from JSON or a form: 2, 0.25, "0.5", "1/4"."""
+    if isinstance(value, bool):
+        raise InvalidRequest("'gpus' must be a number such as 1, 0.5 or 1/4.")
+    try:
+        if isinstance(value, int):
+            return Fraction(value)
+        if isinstance(value, float):
+            # floats like 0.1 + 0.2: take the shortest decimal, then snap thirds/sevenths
+            return Fraction(Decimal(repr(value))).limit_denominator(1000)
+        if isinstance(value, str):
+            text = value.strip()
+            if "/" in text:
+                num, den = text.split("/", 1)
+                return Fraction(int(num), int(den))
+            return Fraction(Decimal(text)).limit_denominator(1000)
+    except (ValueError, ZeroDivisionError, InvalidOperation):
+        pass
+    raise InvalidRequest(f"'gpus' must be a number such as 1, 0.5 or 1/4, not {value!r}.")
+
+
+def format_amount(amount: Fraction) -> str:
+    """Human form of an amount: '2', '0.5', '0.25', '1/7'."""
+    amount = Fraction(amount)
+    if amount.denominator == 1:
+        return str(amount.numerator)
+    decimal = amount.numerator / amount.denominator
+    if Fraction(repr(round(decimal, 4))) == amount:
+        return repr(round(decimal, 4))
+    return f"{amount.numerator}/{amount.denominator}"
+
+
+def amount_to_json(amount: Fraction) -> float | int:
+    """Amounts in JSON are numbers (1/7 becomes 0.142857...; the 'slices' field is exact)."""
+    amount = Fraction(amount)
+    return amount.numerator if amount.denominator == 1 else float(amount)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a booking sits: a node, the GPU indices on it, and slices held on each GPU."""
+
+    node: str
+    gpus: tuple[int, ...]
+    slices: int
+
+    def to_json(self) -> dict:
+        return {"node": self.node, "gpus": list(self.gpus), "slices": self.slices}
+
+
+@dataclass(frozen=True)
+class Booking:
+    """A booking as the core sees it (the database layer converts rows to and from this).
+
+    ``status`` is what is stored: ``"booked"`` or ``"cancelled"``; the user-facing
+    :class:`BookingState` is derived from it and the clock, so no timer has to flip states.
+    ``server`` is the name of the server currently using the booking ("" is the default
+    server, None means unused).
+    """
+
+    user: str
+    pool: str
+    amount: Fraction
+    start: datetime
+    end: datetime
+    placement: Placement | None = None
+    id: int | None = None
+    note: str = ""
+    status: str = "booked"
+    created: datetime | None = None
+    updated: datetime | None = None
+    server: str | None = None
+
+    def state(self, now: datetime) -> BookingState:
+        if self.status == "cancelled":
+            return BookingState.CANCELLED
+        if now < self.start:
+            return BookingState.UPCOMING
+        if now < self.end:
+            return BookingState.ACTIVE
+        return BookingState.ENDED
+
+    @property
+    def holds_capacity(self) -> bool:
+        """Cancelled bookings free their capacity; all others keep it for [start, end)."""
+        return self.status != "cancelled"
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        return self.start < end and start < self.end
+
+    def with_changes(self, **changes: Any) -> "Booking":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class MaintenanceWindow:
+    """An admin block of a whole pool (``node`` None) or one node for [start, end)."""
+
+    pool: str
+    start: datetime
+    end: datetime
+    node: str | None = None
+    reason: str = ""
+    id: int | None = None
+
+    def covers(self, node: str) -> bool:
+        return self.node is None or self.node == node

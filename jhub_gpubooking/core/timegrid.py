@@ -1,0 +1,72 @@
+"""UTC times and the booking slot grid.
+
+Bookings start and end on a grid (default 15 minutes) so the timeline stays readable and
+packing does not fragment into slivers. All times are timezone-aware UTC inside the package;
+the browser shows them in its own zone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from .errors import InvalidRequest
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def as_utc(when: datetime) -> datetime:
+    """Return ``when`` in UTC; naive datetimes are refused (their zone is unknown)."""
+    if when.tzinfo is None or when.tzinfo.utcoffset(when) is None:
+        raise InvalidRequest("Times must carry a time zone, e.g. 2026-11-22T14:00:00Z.")
+    return when.astimezone(timezone.utc)
+
+
+def parse_time(text: str, field: str = "time") -> datetime:
+    """Parse an ISO 8601 time with a zone (``Z`` or an offset) into UTC."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest(f"'{field}' must be an ISO 8601 time such as 2026-11-22T14:00:00Z.")
+    raw = text.strip()
+    if raw.endswith(("z", "Z")):
+        raw = raw[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidRequest(
+            f"'{field}' is not a valid ISO 8601 time: {text!r} "
+            "(expected e.g. 2026-11-22T14:00:00Z)."
+        ) from None
+    if parsed.tzinfo is None:
+        raise InvalidRequest(
+            f"'{field}' must include a time zone (Z or an offset such as +01:00): {text!r}."
+        )
+    return parsed.astimezone(timezone.utc)
+
+
+def format_time(when: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a trailing ``Z`` (seconds precision)."""
+    if when is None:
+        return None
+    return as_utc(when).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _slot(slot_minutes: int) -> timedelta:
+    if slot_minutes <= 0:
+        raise ValueError("slot_minutes must be positive")
+    return timedelta(minutes=slot_minutes)
+
+
+def floor_to_grid(when: datetime, slot_minutes: int) -> datetime:
+    """The grid point at or before ``when``."""
+    slot = _slot(slot_minutes)
+    when = as_utc(when)
+    return EPOCH + ((when - EPOCH) // slot) * slot
+
+
+def ceil_to_grid(when: datetime, slot_minutes: int) -> datetime:
+    """The grid point at or after ``when``."""
+    floor = floor_to_grid(when, slot_minutes)
+    return floor if floor == as_utc(when) else floor + _slot(slot_minutes)
+
+
+def is_on_grid(when: datetime, slot_minutes: int) -> bool:
+    return floor_to_grid(when, slot_minutes) == as_utc(when)
