@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, the session factory, Alembic migrations and BookingStore."""

@@ -1,0 +1,144 @@
+"""The database schema, as SQLAlchemy 2 declarative models.
+
+Times are stored as naive UTC (portable across SQLite, PostgreSQL and MySQL) and come back
+timezone-aware; :class:`UTCDateTime` does that conversion at the edge so no other code has to.
+Any change here needs a new Alembic migration in ``db/migrations/versions``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# Same convention as jupyterhub's orm.py, so constraints get stable names on every
+# backend and future migrations can drop or alter them by name.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: Longest user / server name we store (JupyterHub names are far shorter in practice).
+NAME_LENGTH = 255
+POOL_NAME_LENGTH = 63
+
+
+class UTCDateTime(TypeDecorator):
+    """Aware datetimes in, naive UTC in the column, aware UTC out."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: Optional[datetime], dialect: Any) -> Optional[datetime]:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            # a naive time here is a programming error: its zone is unknown
+            raise ValueError(f"Refusing to store naive datetime {value!r}; pass UTC-aware times.")
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+    def process_result_value(self, value: Optional[datetime], dialect: Any) -> Optional[datetime]:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class PoolRow(Base):
+    """A configured pool; its row is locked to serialise placements in that pool."""
+
+    __tablename__ = "pools"
+
+    name: Mapped[str] = mapped_column(String(POOL_NAME_LENGTH), primary_key=True)
+    config: Mapped[dict] = mapped_column(JSON)
+    synced_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class BookingRow(Base):
+    """One booking; the amount is an exact fraction ``amount_num / amount_den`` GPUs."""
+
+    __tablename__ = "bookings"
+    __table_args__ = (
+        # placement reads only the bookings overlapping an interval: pool = ? AND end > ? ...
+        Index("ix_bookings_pool_end_start", "pool", "end", "start"),
+        # policy reads a user's recent and future bookings
+        Index("ix_bookings_user_end", "user", "end"),
+        CheckConstraint("status IN ('booked', 'cancelled')", name="status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name"))
+    slices: Mapped[int] = mapped_column(Integer)
+    amount_num: Mapped[int] = mapped_column(Integer)
+    amount_den: Mapped[int] = mapped_column(Integer)
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    end: Mapped[datetime] = mapped_column(UTCDateTime)
+    status: Mapped[str] = mapped_column(String(16), default="booked")
+    note: Mapped[str] = mapped_column(Text, default="")
+    node: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    gpu_indices: Mapped[list] = mapped_column(JSON)
+    slices_per_gpu_held: Mapped[int] = mapped_column(Integer)
+    # name of the Hub server using the booking ("" = default server), None = unused
+    server: Mapped[Optional[str]] = mapped_column(String(NAME_LENGTH))
+    claimed_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime)
+    created: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class BookingEventRow(Base):
+    """Append-only history of a booking (created, cancelled, end_changed, claimed, ...)."""
+
+    __tablename__ = "booking_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    booking_id: Mapped[int] = mapped_column(ForeignKey("bookings.id"), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    actor: Mapped[Optional[str]] = mapped_column(String(NAME_LENGTH))
+    kind: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[dict] = mapped_column(JSON)
+
+
+class MaintenanceWindowRow(Base):
+    """An admin block of a whole pool (``node`` NULL) or one node."""
+
+    __tablename__ = "maintenance_windows"
+    __table_args__ = (Index("ix_maintenance_windows_pool_end_start", "pool", "end", "start"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name"))
+    node: Mapped[Optional[str]] = mapped_column(String(NAME_LENGTH))
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    end: Mapped[datetime] = mapped_column(UTCDateTime)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_by: Mapped[Optional[str]] = mapped_column(String(NAME_LENGTH))
+
+
+class FeedTokenRow(Base):
+    """A user's calendar-feed token; only its SHA-256 is stored."""
+
+    __tablename__ = "feed_tokens"
+
+    user: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,147 @@
+"""Engines, the session factory, and the schema-version gate.
+
+SQLite (the default, a file), PostgreSQL (``postgresql+psycopg://``) and MySQL/MariaDB
+(``mysql+pymysql://``) are supported. Write transactions are serialised per pool by the store:
+on PostgreSQL/MySQL with ``SELECT ... FOR UPDATE`` on the pool row, on SQLite with
+``BEGIN IMMEDIATE`` (SQLite has no row locks), following SQLAlchemy's pysqlite recipe.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+DB_URL_ENV = "GPUBOOKING_DB_URL"
+DEFAULT_DB_URL = "sqlite:///gpubooking.sqlite"
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+#: How long SQLite waits for another writer before giving up ("database is locked").
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
+
+#: Execution option asking for a write transaction (``BEGIN IMMEDIATE`` on SQLite).
+WRITE_TRANSACTION_OPTION = "gpubooking_write"
+
+
+class StaleSchema(RuntimeError):
+    """The database schema is not the one this version of the package needs."""
+
+
+def normalize_url(url: str) -> str:
+    """Accept a plain file path as shorthand for a SQLite database."""
+    if "://" in url:
+        return url
+    return f"sqlite:///{Path(url).expanduser().resolve()}"
+
+
+def display_url(url: str) -> str:
+    """The URL with any password masked, for messages and logs."""
+    return make_url(normalize_url(url)).render_as_string(hide_password=True)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine configured for safe concurrent booking on the URL's backend."""
+    parsed = make_url(normalize_url(url))
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
+        _configure_sqlite(engine, in_memory=parsed.database in (None, "", ":memory:"))
+        return engine
+    if backend in ("mysql", "mariadb"):
+        # each statement must see rows committed by the previous holder of the pool lock;
+        # InnoDB's default REPEATABLE READ could hand us an older snapshot
+        return create_engine(parsed, isolation_level="READ COMMITTED", pool_pre_ping=True)
+    return create_engine(parsed, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine, in_memory: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, connection_record):
+        # let SQLAlchemy, not pysqlite, decide when transactions begin (see "begin" below)
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        if not in_memory:
+            # readers do not block the writer and vice versa
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_SECONDS * 1000}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection):
+        # IMMEDIATE takes the write lock up front, so two bookings never read the same
+        # free capacity; a deferred transaction could only fail late with SQLITE_BUSY
+        if connection.get_execution_options().get(WRITE_TRANSACTION_OPTION):
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            connection.exec_driver_sql("BEGIN")
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """The one session factory; objects stay readable after commit."""
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def begin_write(session: Session) -> None:
+    """Start the session's transaction as a write transaction (call before any query)."""
+    session.connection(execution_options={WRITE_TRANSACTION_OPTION: True})
+
+
+def alembic_config() -> Config:
+    return Config(str(MIGRATIONS_DIR / "alembic.ini"))
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "the package ships at least one migration"
+    return head
+
+
+def _revision_of(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def check_schema(engine: Engine) -> None:
+    """Refuse to run against a database whose schema is not at this version's head."""
+    current = _revision_of(engine)
+    head = head_revision()
+    if current == head:
+        return
+    url = engine.url.render_as_string(hide_password=True)
+    fix = f"run `jhub-gpubooking db upgrade --db-url {url}` before starting the service."
+    if current is None:
+        raise StaleSchema(f"The GPU booking database {url} has no schema yet; {fix}")
+    raise StaleSchema(
+        f"The GPU booking database {url} is at schema revision {current} but this version "
+        f"needs {head}; {fix}"
+    )
+
+
+def upgrade(url: str, revision: str = "head") -> str | None:
+    """Migrate the database at ``url`` to ``revision``; returns the revision reached."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as connection:
+            config = alembic_config()
+            # env.py runs on this connection, so the engine settings above apply
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+        return _revision_of(engine)
+    finally:
+        engine.dispose()
+
+
+def current_revision(url: str) -> str | None:
+    """The schema revision of the database at ``url`` (None if never upgraded)."""
+    engine = make_engine(url)
+    try:
+        return _revision_of(engine)
+    finally:
+        engine.dispose()
