@@ -1,0 +1,475 @@
+"""Turn a booked GPU share into what goes into the pod: one table row per sharing backend.
+
+Every function here is pure. A backend translates ``(pool, amount, placement)`` into a
+:class:`GpuRequest` (extended resources, annotations, scheduler, environment);
+:func:`booking_pod_settings` wraps that into :class:`PodSettings`, the exact KubeSpawner trait
+values that confine a server to its booking (node, share, end time).
+
+Amounts follow the core's rule: a fraction (< 1) sits on one GPU, more than one GPU is a
+whole number of GPUs on one node.
+"""
+
+from __future__ import annotations
+
+import math
+import pkgutil
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any, Callable, Mapping, Union
+
+from .core.model import Booking, Placement, Pool, format_amount
+from .core.timegrid import as_utc, format_time
+
+#: Prefix of the labels and annotations this package puts on pods.
+LABEL_PREFIX = "gpubooking.jupyter.org/"
+#: Well-known node label that pins a pod to the booked node (its value is the node name).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: Resource the NVIDIA device plugin (and HAMi) count GPUs in unless a pool renames it.
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+#: GPU-manager counts memory in blocks of this many MiB.
+VCUDA_MEMORY_UNIT_MIB = 256
+
+#: Annotations the built-in backends own; a profile must not pre-set them (e.g. pin another GPU).
+BACKEND_ANNOTATIONS = frozenset(
+    {"nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid", "tencent.com/vcuda-core-limit"}
+)
+#: Environment variables describing the booking inside the server.
+BOOKING_ENV_PREFIX = "GPU_BOOKING_"
+
+# GPU resources of the usual device plugins: the booking is the only source of a GPU amount,
+# so a profile's own GPU request is dropped instead of being added on top of the booked share.
+_GPU_RESOURCE_RE = re.compile(
+    r"^(nvidia\.com/|amd\.com/gpu|gpu\.intel\.com/|tencent\.com/vcuda-|volcano\.sh/vgpu-)"
+)
+# An extended resource name is a DNS-subdomain prefix and a qualified name.
+_RESOURCE_NAME_RE = re.compile(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """What one backend yields for a booking.
+
+    ``resources`` are extended resources with integer counts, used as both requests and
+    limits (Kubernetes requires that for extended resources).
+    """
+
+    resources: dict[str, int]
+    annotations: dict[str, str] = field(default_factory=dict)
+    scheduler_name: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+BackendFunc = Callable[[Pool, Fraction, Union[Placement, None]], GpuRequest]
+
+
+# --- amounts -----------------------------------------------------------------------------
+
+
+def _checked_amount(amount: Fraction) -> Fraction:
+    amount = Fraction(amount)
+    if amount <= 0:
+        raise ValueError(f"A booking must hold more than zero GPUs, not {format_amount(amount)}.")
+    if amount > 1 and amount.denominator != 1:
+        raise ValueError(
+            f"{format_amount(amount)} GPUs cannot go into one pod: more than one GPU must be "
+            "a whole number."
+        )
+    return amount
+
+
+def _gpus_touched(amount: Fraction) -> int:
+    """Number of devices the pod sees: one for a fraction, N for N whole GPUs."""
+    amount = _checked_amount(amount)
+    return 1 if amount < 1 else int(amount)
+
+
+def _share_of_each_gpu(amount: Fraction) -> Fraction:
+    """Part of every touched device the pod may use: the fraction itself, or all of it."""
+    amount = _checked_amount(amount)
+    return amount if amount < 1 else Fraction(1)
+
+
+def _slices(pool: Pool, amount: Fraction) -> int:
+    """Slices held in total (``amount`` × ``slices_per_gpu``); refuses amounts between slices."""
+    slices = _checked_amount(amount) * pool.slices_per_gpu
+    if slices.denominator != 1:
+        raise ValueError(
+            f"Pool {pool.name} splits each GPU into {pool.slices_per_gpu} slice(s), so "
+            f"{format_amount(amount)} GPU is not a whole number of slices."
+        )
+    return int(slices)
+
+
+def _required_memory(pool: Pool) -> int:
+    if pool.gpu_memory_mib <= 0:
+        raise ValueError(
+            f"Pool {pool.name} uses the {pool.backend} backend, which limits GPU memory: "
+            "set 'gpu_memory_mib' to the memory of one GPU."
+        )
+    return pool.gpu_memory_mib
+
+
+def _booked_uuids(pool: Pool, placement: Placement | None) -> tuple[str, ...]:
+    """UUIDs of the booked GPUs, or () when the pool does not list UUIDs for that node."""
+    if placement is None or not pool.gpu_uuids.get(placement.node):
+        return ()
+    uuids = pool.gpu_uuids[placement.node]
+    unknown = [index for index in placement.gpus if not 0 <= index < len(uuids)]
+    if unknown:
+        raise ValueError(
+            f"Pool {pool.name} has no GPU {unknown[0]} on node {placement.node}; "
+            "the booking's placement does not match the pool."
+        )
+    return tuple(uuids[index] for index in placement.gpus)
+
+
+# --- backends ----------------------------------------------------------------------------
+
+
+def whole_gpus(pool: Pool, amount: Fraction, placement: Placement | None) -> GpuRequest:
+    """Whole GPUs of a device plugin: one extended resource counted in GPUs, no sharing."""
+    amount = _checked_amount(amount)
+    if amount.denominator != 1:
+        raise ValueError(
+            f"Pool {pool.name} hands out whole GPUs only, so {format_amount(amount)} GPU "
+            "cannot be given to a pod."
+        )
+    return GpuRequest(resources={pool.resource_name or DEFAULT_GPU_RESOURCE: int(amount)})
+
+
+def hami(pool: Pool, amount: Fraction, placement: Placement | None) -> GpuRequest:
+    """HAMi expects a device count plus, per device, memory in MiB and a core percentage.
+
+    The ``nvidia.com/use-gpuuuid`` annotation pins the booked devices when the pool knows
+    their UUIDs, so two bookings sharing a node never land on the same GPU by accident.
+    """
+    share = _share_of_each_gpu(amount)
+    resources = {
+        pool.resource_name or DEFAULT_GPU_RESOURCE: _gpus_touched(amount),
+        "nvidia.com/gpumem": math.floor(_required_memory(pool) * share),
+        "nvidia.com/gpucores": math.floor(100 * share),
+    }
+    uuids = _booked_uuids(pool, placement)
+    annotations = {"nvidia.com/use-gpuuuid": ",".join(uuids)} if uuids else {}
+    return GpuRequest(resources=resources, annotations=annotations)
+
+
+def mig(pool: Pool, amount: Fraction, placement: Placement | None) -> GpuRequest:
+    """MIG expects one resource per MIG profile; a pool is one profile, a slice one instance."""
+    if not pool.resource_name:
+        raise ValueError(
+            f"Pool {pool.name} uses MIG and needs 'resource_name' set to its MIG profile "
+            "resource, such as nvidia.com/mig-1g.10gb."
+        )
+    return GpuRequest(resources={pool.resource_name: _slices(pool, amount)})
+
+
+def device_plugin_replicas(pool: Pool, amount: Fraction, placement: Placement | None) -> GpuRequest:
+    """Time-slicing and MPS expect a count of device-plugin replicas (one per slice).
+
+    ``slices_per_gpu`` must equal the plugin's ``replicas``; the plugin must not refuse
+    requests for more than one replica, or only single-slice bookings can start.
+    """
+    return GpuRequest(resources={pool.resource_name or DEFAULT_GPU_RESOURCE: _slices(pool, amount)})
+
+
+def gpu_manager(pool: Pool, amount: Fraction, placement: Placement | None) -> GpuRequest:
+    """GPU-manager expects vcuda cores (100 per GPU) and vcuda memory in 256 MiB blocks.
+
+    The ``tencent.com/vcuda-core-limit`` annotation turns the core share into a hard cap
+    rather than a soft one that may borrow idle cycles from other tenants.
+    """
+    amount = _checked_amount(amount)
+    cores = math.floor(100 * amount)
+    memory_blocks = max(1, math.floor(_required_memory(pool) * amount / VCUDA_MEMORY_UNIT_MIB))
+    return GpuRequest(
+        resources={"tencent.com/vcuda-core": cores, "tencent.com/vcuda-memory": memory_blocks},
+        annotations={"tencent.com/vcuda-core-limit": str(cores)},
+    )
+
+
+def volcano_vgpu(pool: Pool, amount: Fraction, placement: Placement | None) -> GpuRequest:
+    """Volcano vGPU expects a device count, memory in MiB and core percent per device.
+
+    Only the Volcano scheduler understands these resources, hence ``schedulerName``.
+    """
+    share = _share_of_each_gpu(amount)
+    return GpuRequest(
+        resources={
+            "volcano.sh/vgpu-number": _gpus_touched(amount),
+            "volcano.sh/vgpu-memory": math.floor(_required_memory(pool) * share),
+            "volcano.sh/vgpu-cores": math.floor(100 * share),
+        },
+        scheduler_name="volcano",
+    )
+
+
+#: Backend name (a pool's ``backend``) -> translation function.
+BACKENDS: dict[str, BackendFunc] = {
+    "whole": whole_gpus,
+    "hami": hami,
+    "mig": mig,
+    "time-slicing": device_plugin_replicas,
+    "mps": device_plugin_replicas,
+    "gpu-manager": gpu_manager,
+    "volcano": volcano_vgpu,
+}
+
+
+def register_backend(name: str, func: BackendFunc) -> None:
+    """Add (or replace) a backend in the module-wide table."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("A GPU backend needs a non-empty name.")
+    if not callable(func):
+        raise ValueError(f"GPU backend {name!r} must be a function, not {func!r}.")
+    BACKENDS[name] = func
+
+
+def resolve_backends(config: Mapping[str, BackendFunc | str] | None) -> dict[str, BackendFunc]:
+    """Backends from config: each value a callable or an import string ``"pkg.mod:func"``."""
+    resolved: dict[str, BackendFunc] = {}
+    for name, target in (config or {}).items():
+        func = target
+        if isinstance(target, str):
+            try:
+                func = pkgutil.resolve_name(target)
+            except (ImportError, AttributeError, ValueError) as error:
+                raise ValueError(
+                    f"GPU backend {name!r}: cannot import {target!r} ({error})."
+                ) from error
+        if not callable(func):
+            raise ValueError(f"GPU backend {name!r} must be a function, not {func!r}.")
+        resolved[name] = func
+    return resolved
+
+
+def _check_request(pool: Pool, request: Any) -> GpuRequest:
+    """Refuse backend output Kubernetes would reject or that would not limit the pod."""
+    source = f"GPU backend {pool.backend!r} (pool {pool.name})"
+    if not isinstance(request, GpuRequest):
+        raise ValueError(f"{source} must return a GpuRequest, not {type(request).__name__}.")
+    if not request.resources:
+        raise ValueError(f"{source} requested no resource, so the pod would get no GPU.")
+    for name, count in request.resources.items():
+        if not isinstance(name, str) or not _RESOURCE_NAME_RE.match(name):
+            raise ValueError(
+                f"{source} gave {name!r}, which is not an extended resource name "
+                "such as nvidia.com/gpu."
+            )
+        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+            raise ValueError(
+                f"{source} asked for {count!r} of {name}; resource amounts must be whole "
+                "numbers greater than zero."
+            )
+    for what, mapping in (("annotations", request.annotations), ("env", request.env)):
+        if not all(isinstance(k, str) and k and isinstance(v, str) for k, v in mapping.items()):
+            raise ValueError(f"{source} must give its {what} as text keys and text values.")
+    if request.scheduler_name is not None and (
+        not isinstance(request.scheduler_name, str) or not request.scheduler_name
+    ):
+        raise ValueError(f"{source} gave an empty or non-text scheduler name.")
+    return request
+
+
+def gpu_request(
+    pool: Pool,
+    amount: Fraction,
+    placement: Placement | None,
+    backends: Mapping[str, BackendFunc | str] | None = None,
+) -> GpuRequest:
+    """Translate ``amount`` GPUs of ``pool`` with its backend; ``backends`` extend the table."""
+    table = {**BACKENDS, **resolve_backends(backends)}
+    translate = table.get(pool.backend)
+    if translate is None:
+        raise ValueError(
+            f"Pool {pool.name} uses GPU backend {pool.backend!r}, which is not known "
+            f"(known: {', '.join(sorted(table))})."
+        )
+    return _check_request(pool, translate(pool, Fraction(amount), placement))
+
+
+def check_pool_backend(
+    pool: Pool, backends: Mapping[str, BackendFunc | str] | None = None
+) -> None:
+    """Translate the smallest and a whole share once, so a misconfigured pool fails at start."""
+    gpu_request(pool, Fraction(1, pool.slices_per_gpu), None, backends)
+    if max(pool.nodes.values()) >= 1:
+        gpu_request(pool, Fraction(1), None, backends)
+
+
+# --- pod settings ------------------------------------------------------------------------
+
+
+def _template_safe(value: Any) -> Any:
+    # KubeSpawner formats string trait values as templates ("{username}"), so a literal brace
+    # coming from a booking (e.g. a JSON annotation of a custom backend) must be doubled.
+    if isinstance(value, str):
+        return value.replace("{", "{{").replace("}", "}}")
+    return value
+
+
+def _without(mapping: Mapping[str, Any] | None, drop: Callable[[str], bool]) -> dict[str, Any]:
+    return {key: value for key, value in (mapping or {}).items() if not drop(key)}
+
+
+def _owned_label(key: str) -> bool:
+    return key.startswith(LABEL_PREFIX)
+
+
+def _owned_annotation(key: str) -> bool:
+    return key.startswith(LABEL_PREFIX) or key in BACKEND_ANNOTATIONS
+
+
+def _owned_env(key: str) -> bool:
+    return key.startswith(BOOKING_ENV_PREFIX)
+
+
+def _gpu_resource(key: str) -> bool:
+    return bool(_GPU_RESOURCE_RE.match(key))
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """KubeSpawner trait values that confine a server to one booking.
+
+    Resource quantities are strings, as in KubeSpawner's own examples; limits always equal
+    guarantees because Kubernetes refuses extended resources that differ.
+    """
+
+    extra_resource_limits: dict[str, str]
+    extra_resource_guarantees: dict[str, str]
+    node_selector: dict[str, str]
+    extra_labels: dict[str, str]
+    extra_annotations: dict[str, str]
+    environment: dict[str, str]
+    extra_pod_config: dict[str, Any]
+    priority_class_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.extra_resource_limits != self.extra_resource_guarantees:
+            raise ValueError("GPU resource limits and guarantees must be equal.")
+
+    def merged_into(self, existing: Mapping[str, Any]) -> dict[str, Any]:
+        """The trait values to set, given the spawner's current ones (trait name -> value).
+
+        Everything the spawner already has is kept, except what only a booking may decide:
+        GPU resources, this package's labels/annotations/``GPU_BOOKING_*`` variables and the
+        backends' pinning annotations. Booking values win where keys collide.
+        """
+
+        def current(name: str) -> Mapping[str, Any]:
+            return existing.get(name) or {}
+
+        def ours(values: Mapping[str, Any]) -> dict[str, Any]:
+            return {key: _template_safe(value) for key, value in values.items()}
+
+        priority = self.priority_class_name
+        if priority is None:
+            priority = existing.get("priority_class_name", "")
+        return {
+            "extra_resource_limits": {
+                **_without(current("extra_resource_limits"), _gpu_resource),
+                **self.extra_resource_limits,
+            },
+            "extra_resource_guarantees": {
+                **_without(current("extra_resource_guarantees"), _gpu_resource),
+                **self.extra_resource_guarantees,
+            },
+            "node_selector": {**current("node_selector"), **self.node_selector},
+            "extra_labels": {
+                **_without(current("extra_labels"), _owned_label),
+                **ours(self.extra_labels),
+            },
+            "extra_annotations": {
+                **_without(current("extra_annotations"), _owned_annotation),
+                **ours(self.extra_annotations),
+            },
+            "environment": {
+                **_without(current("environment"), _owned_env),
+                **ours(self.environment),
+            },
+            "extra_pod_config": {**current("extra_pod_config"), **ours(self.extra_pod_config)},
+            "priority_class_name": priority,
+        }
+
+    def apply_to(self, spawner: Any) -> None:
+        """Merge into a KubeSpawner's traits (see :meth:`merged_into`)."""
+        existing = {name: getattr(spawner, name) for name in _TRAIT_NAMES}
+        for name, value in self.merged_into(existing).items():
+            setattr(spawner, name, value)
+
+
+_TRAIT_NAMES = tuple(PodSettings.__dataclass_fields__)
+
+
+def active_deadline_seconds(end: datetime, grace_seconds: int, now: datetime) -> int:
+    """Seconds a pod started ``now`` may run: until ``end`` plus grace, at least 1.
+
+    Kubernetes counts from the pod's start, which is a little after ``now``, so the pod
+    may outlive the grace by its own start-up time but never stops before it.
+    """
+    remaining = as_utc(end) + timedelta(seconds=grace_seconds) - as_utc(now)
+    return max(1, math.ceil(remaining / timedelta(seconds=1)))
+
+
+def booking_pod_settings(
+    pool: Pool,
+    booking: Booking,
+    *,
+    grace_seconds: int,
+    now: datetime,
+    priority_class_name: str | None = None,
+    backends: Mapping[str, BackendFunc | str] | None = None,
+) -> PodSettings:
+    """Everything a server of ``booking`` needs: its GPU share, node, deadline and labels."""
+    if booking.pool != pool.name:
+        raise ValueError(f"Booking {booking.id} is for pool {booking.pool}, not {pool.name}.")
+    if booking.id is None:
+        raise ValueError("Only a stored booking (one with an id) can configure a server.")
+    if booking.placement is None:
+        raise ValueError(
+            f"Booking {booking.id} has no GPU placement, so its server cannot be pinned to a node."
+        )
+    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) or grace_seconds < 0:
+        raise ValueError(f"The deadline grace must be whole seconds >= 0, not {grace_seconds!r}.")
+
+    request = gpu_request(pool, booking.amount, booking.placement, backends)
+    quantities = {name: str(count) for name, count in request.resources.items()}
+    booking_id = str(booking.id)
+    end = format_time(booking.end)
+    gpus = format_amount(booking.amount)
+
+    pod_config: dict[str, Any] = {
+        "activeDeadlineSeconds": active_deadline_seconds(booking.end, grace_seconds, now)
+    }
+    if request.scheduler_name:
+        # set through extra_pod_config because it is applied last, after KubeSpawner's own
+        # scheduler_name (z2jh's user scheduler), which cannot place these resources
+        pod_config["schedulerName"] = request.scheduler_name
+
+    return PodSettings(
+        extra_resource_limits=quantities,
+        extra_resource_guarantees=dict(quantities),
+        node_selector={**pool.node_selector, HOSTNAME_LABEL: booking.placement.node},
+        extra_labels={LABEL_PREFIX + "booking-id": booking_id, LABEL_PREFIX + "pool": pool.name},
+        extra_annotations={
+            **request.annotations,
+            LABEL_PREFIX + "booking-id": booking_id,
+            LABEL_PREFIX + "pool": pool.name,
+            LABEL_PREFIX + "gpus": gpus,
+            LABEL_PREFIX + "end": end,
+        },
+        environment={
+            **request.env,
+            "GPU_BOOKING_ID": booking_id,
+            "GPU_BOOKING_END": end,
+            "GPU_BOOKING_POOL": pool.name,
+            "GPU_BOOKING_GPUS": gpus,
+        },
+        extra_pod_config=pod_config,
+        priority_class_name=priority_class_name,
+    )
