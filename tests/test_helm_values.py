@@ -1,0 +1,266 @@
+"""The Zero-to-JupyterHub values in helm-values/ are valid for the chart and configure what they claim.
+
+Each file is merged onto the chart's default values the way helm does, validated against the
+chart's schema, and its Python (hub.extraConfig, the service config file) is executed against
+traitlets config objects with a stand-in for the hub image's ``z2jh`` module.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from jsonschema import Draft7Validator
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
+
+from jhub_gpubooking.core.model import KNOWN_BACKENDS, Pool
+
+REPO_ROOT = Path(__file__).parents[1]
+HELM_VALUES = REPO_ROOT / "helm-values"
+Z2JH = REPO_ROOT.parent / "shared" / "z2jh"
+VARIANTS = ["values-postgresql.yaml", "values-sqlite-pvc.yaml"]
+SERVICE_NAME = "gpu-booking"
+POSTGRES_URL = "postgresql+psycopg://gpubooking:secret@postgres.db.svc:5432/gpubooking"
+
+
+def helm_merge(defaults: Any, override: Any) -> Any:
+    """Merge values like helm: maps merge recursively, lists and scalars replace, null deletes."""
+    if not (isinstance(defaults, dict) and isinstance(override, dict)):
+        return copy.deepcopy(override)
+    merged = copy.deepcopy(defaults)
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif key in merged:
+            merged[key] = helm_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def test_helm_merge_follows_helm_rules():
+    defaults = {"a": {"b": 1, "c": [1, 2], "d": "x"}, "e": 5}
+    override = {"a": {"c": [3], "d": None, "f": True}, "g": {}}
+    assert helm_merge(defaults, override) == {"a": {"b": 1, "c": [3], "f": True}, "e": 5, "g": {}}
+
+
+def load_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def chart() -> tuple[dict, Draft7Validator]:
+    if not (Z2JH / "values.yaml").exists():
+        pytest.skip(f"z2jh chart defaults not found at {Z2JH} (shared/ must sit next to the repo)")
+    schema = load_yaml(Z2JH / "values.schema.yaml")
+    return load_yaml(Z2JH / "values.yaml"), Draft7Validator(schema)
+
+
+def merged_values(chart_defaults: dict, *files: str) -> dict:
+    values = chart_defaults
+    for name in files:
+        values = helm_merge(values, load_yaml(HELM_VALUES / name))
+    return values
+
+
+COMBINATIONS = [("values.yaml",), *[(name,) for name in VARIANTS], *[("values.yaml", v) for v in VARIANTS]]
+
+
+@pytest.mark.parametrize("files", COMBINATIONS, ids="+".join)
+def test_values_validate_against_the_chart_schema(chart, files):
+    defaults, validator = chart
+    errors = [
+        f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
+        for error in validator.iter_errors(merged_values(defaults, *files))
+    ]
+    assert errors == []
+
+
+def test_every_values_file_is_tested():
+    assert sorted(p.name for p in HELM_VALUES.glob("*.yaml")) == sorted(["values.yaml", *VARIANTS])
+
+
+def test_service_roles_are_least_privilege():
+    roles = load_yaml(HELM_VALUES / "values.yaml")["hub"]["loadRoles"]
+    assert roles["gpu-booking-service"]["services"] == [SERVICE_NAME]
+    assert sorted(roles["gpu-booking-service"]["scopes"]) == sorted(
+        ["list:users", "read:users:groups", "read:servers", "delete:servers"]
+    )
+    assert roles["user"]["scopes"] == ["self", f"access:services!service={SERVICE_NAME}"]
+
+
+def test_service_port_is_reachable_from_the_proxy():
+    hub = load_yaml(HELM_VALUES / "values.yaml")["hub"]
+    port = int(hub["services"][SERVICE_NAME]["url"].rsplit(":", 1)[1])
+    assert hub["service"]["extraPorts"] == [
+        {"name": SERVICE_NAME, "port": port, "targetPort": port}
+    ]
+    proxy_rule = {
+        "from": [{"podSelector": {"matchLabels": {"app": "jupyterhub", "component": "proxy"}}}],
+        "ports": [{"port": port, "protocol": "TCP"}],
+    }
+    assert proxy_rule in hub["networkPolicy"]["ingress"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variants_keep_the_hub_api_egress_rule(chart, variant):
+    # helm replaces lists, so a variant that sets egress must repeat the base rule
+    base_egress = load_yaml(HELM_VALUES / "values.yaml")["hub"]["networkPolicy"]["egress"]
+    egress = merged_values(chart[0], "values.yaml", variant)["hub"]["networkPolicy"]["egress"]
+    assert all(rule in egress for rule in base_egress)
+
+
+# --- hub.extraConfig, run the way the hub image's jupyterhub_config.py runs it --------------
+
+
+def fake_z2jh(values: dict, secrets: dict[str, str]) -> types.ModuleType:
+    """The hub image's z2jh helpers, reading the merged values instead of the mounted Secret."""
+    module = types.ModuleType("z2jh")
+
+    def get_config(key: str, default: Any = None) -> Any:
+        value: Any = values
+        for level in key.split("."):
+            if not isinstance(value, dict) or level not in value:
+                return default
+            value = value[level]
+        return copy.deepcopy(value)
+
+    def get_secret_value(key: str, default: Any = "never-explicitly-set") -> str:
+        if key in secrets:
+            return secrets[key]
+        if default != "never-explicitly-set":
+            return default
+        raise KeyError(f"{key} not found in the hub Secret")
+
+    module.get_config = get_config
+    module.get_secret_value = get_secret_value
+    module.get_name = lambda name: name
+    return module
+
+
+def run_hub_config(values: dict, monkeypatch, environ: dict[str, str]) -> Config:
+    """What z2jh's jupyterhub_config.py does with hub.services, hub.loadRoles and hub.extraConfig."""
+    token = "0123456789abcdef" * 4
+    z2jh = fake_z2jh(values, {f"hub.services.{SERVICE_NAME}.apiToken": token})
+    monkeypatch.setitem(sys.modules, "z2jh", z2jh)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    c = Config()
+    c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+    c.JupyterHub.services = []
+    for key, service in z2jh.get_config("hub.services", {}).items():
+        service.setdefault("name", key)
+        service.pop("apiToken", None)
+        service["api_token"] = z2jh.get_secret_value(f"hub.services.{key}.apiToken")
+        c.JupyterHub.services.append(service)
+    c.JupyterHub.load_roles = [
+        {"name": key, **role} for key, role in z2jh.get_config("hub.loadRoles", {}).items()
+    ]
+    for _key, snippet in sorted(z2jh.get_config("hub.extraConfig", {}).items()):
+        exec(snippet, {"c": c})
+    return c
+
+
+def booking_service(c: Config) -> dict:
+    [service] = [s for s in c.JupyterHub.services if s["name"] == SERVICE_NAME]
+    return service
+
+
+def test_extra_config_points_the_spawner_at_the_service(chart, monkeypatch):
+    values = merged_values(chart[0], "values.yaml", "values-sqlite-pvc.yaml")
+    c = run_hub_config(values, monkeypatch, {})
+    service = booking_service(c)
+    assert c.JupyterHub.spawner_class == "gpubooking"
+    assert c.GPUBookingSpawner.booking_api_url == "http://127.0.0.1:10101/services/gpu-booking/"
+    assert c.GPUBookingSpawner.booking_api_token == service["api_token"]
+    assert c.GPUBookingSpawner.booking_service_name == SERVICE_NAME
+    assert service["environment"] == {
+        "GPUBOOKING_DB_URL": "sqlite:////srv/jupyterhub/gpubooking.sqlite"
+    }
+
+
+def test_extra_config_follows_the_hub_base_url(chart, monkeypatch):
+    values = helm_merge(merged_values(chart[0], "values.yaml"), {"hub": {"baseUrl": "/jupyter/"}})
+    c = run_hub_config(values, monkeypatch, {})
+    assert c.GPUBookingSpawner.booking_api_url == (
+        "http://127.0.0.1:10101/jupyter/services/gpu-booking/"
+    )
+
+
+def test_postgresql_url_reaches_only_the_service(chart, monkeypatch):
+    values = merged_values(chart[0], "values.yaml", "values-postgresql.yaml")
+    assert values["hub"]["extraEnv"]["GPUBOOKING_DB_URL"] == {
+        "valueFrom": {"secretKeyRef": {"name": "gpubooking-db", "key": "url"}}
+    }
+    # the hub pod gets the variable from the Secret; the Hub itself must hand it to the service
+    c = run_hub_config(values, monkeypatch, {"GPUBOOKING_DB_URL": POSTGRES_URL})
+    assert booking_service(c)["environment"] == {"GPUBOOKING_DB_URL": POSTGRES_URL}
+    assert booking_service(c)["command"] == [
+        "jhub-gpubooking-service",
+        "--config",
+        "/usr/local/etc/jupyterhub/gpubooking_config.py",
+    ]
+
+
+# --- the service config file (hub.extraFiles) and singleuser.profileList -----------------------
+
+
+def load_service_config(monkeypatch, tmp_path: Path) -> Config:
+    extra_file = load_yaml(HELM_VALUES / "values.yaml")["hub"]["extraFiles"]["gpubooking-config"]
+    assert extra_file["mountPath"] == "/usr/local/etc/jupyterhub/gpubooking_config.py"
+    config_path = tmp_path / "gpubooking_config.py"
+    config_path.write_text(extra_file["stringData"])
+    monkeypatch.setenv("GPUBOOKING_DB_URL", POSTGRES_URL)
+    return PyFileConfigLoader(config_path.name, path=str(tmp_path)).load_config()
+
+
+def profile_list() -> list[dict]:
+    return load_yaml(HELM_VALUES / "values.yaml")["singleuser"]["profileList"]
+
+
+def test_service_config_pools_build(monkeypatch, tmp_path):
+    config = load_service_config(monkeypatch, tmp_path).GPUBookingService
+    pools = [Pool.from_config(entry) for entry in config.pools]
+    assert config.db_url == POSTGRES_URL
+    assert {pool.backend for pool in pools} >= {"hami", "mig", "time-slicing"}
+    assert {pool.backend for pool in pools} <= set(KNOWN_BACKENDS)
+    assert len({pool.name for pool in pools}) == len(pools)
+
+
+def test_service_config_policies_load(monkeypatch, tmp_path):
+    policy = pytest.importorskip(
+        "jhub_gpubooking.core.policy", reason="jhub_gpubooking.core.policy is not written yet"
+    )
+    config = load_service_config(monkeypatch, tmp_path).GPUBookingService
+    policy.Policy.from_config(config.default_policy)
+    pool_names = {entry["name"] for entry in config.pools}
+    for group, overrides in config.group_policies.items():
+        merged = policy.Policy.from_config({**config.default_policy, **overrides})
+        assert set(merged.allowed_pools or pool_names) <= pool_names, group
+
+
+def test_every_gpu_profile_names_a_configured_pool(monkeypatch, tmp_path):
+    config = load_service_config(monkeypatch, tmp_path).GPUBookingService
+    pools = {entry["name"]: entry.get("backend", "whole") for entry in config.pools}
+    gpu_profiles = [p for p in profile_list() if "gpu_pool" in p]
+    assert {p["gpu_pool"] for p in gpu_profiles} == set(pools)
+    assert [p["slug"] for p in profile_list() if "gpu_pool" not in p] == ["cpu"]
+
+
+def test_service_app_accepts_the_config(monkeypatch, tmp_path):
+    if importlib.util.find_spec("jhub_gpubooking.service.app") is None:
+        pytest.skip("jhub_gpubooking.service.app is not written yet")
+    from jhub_gpubooking.service.app import GPUBookingService
+
+    config = load_service_config(monkeypatch, tmp_path)
+    service = GPUBookingService(config=config)
+    assert service.db_url == POSTGRES_URL
+    assert [pool["name"] for pool in service.pools] == [p["name"] for p in config.GPUBookingService.pools]
+    assert service.admin_groups == ["gpu-admins"]
