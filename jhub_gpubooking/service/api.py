@@ -1,0 +1,301 @@
+"""REST API handlers of the booking service (JSON under the service prefix).
+
+Every body is read through an explicit allow-list (:meth:`BaseHandler.json_body`) and every
+identity comes from the Hub (:attr:`BaseHandler.principal`), never from the request itself,
+except the ``user`` field an *admin* may set when booking for someone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+from jupyterhub.utils import url_path_join, url_escape_path
+
+from ..core.errors import NotFound
+from ..core.model import BookingState, parse_amount
+from ..core.timegrid import ceil_to_grid, floor_to_grid, parse_time
+from .base import BaseHandler, refusal
+from .serialize import availability_json, booking_json, maintenance_json, pool_json
+
+#: How long a claim may wait for the Hub to say whether another server still runs.
+HUB_CHECK_TIMEOUT_SECONDS = 10
+#: Longest availability window one request may ask for (keeps responses small).
+MAX_AVAILABILITY_DAYS = 62
+
+
+class APIHandler(BaseHandler):
+    """JSON endpoints: never redirect to a login page, answer 403 instead."""
+
+    def get_login_url(self) -> str:
+        raise web.HTTPError(403, "Authentication required: log in to JupyterHub or send a Hub API token.")
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+
+    def write_json(self, model: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(model))
+
+    def booking_model(self, booking) -> dict:
+        pool = self.service.pool_objects.get(booking.pool)
+        return booking_json(booking, pool, self.clock.now())
+
+    def time_argument(self, name: str, default=None):
+        text = self.get_argument(name, None)
+        if text is None or text == "":
+            return default
+        return parse_time(text, name)
+
+    def pool_or_404(self, name: str):
+        pool = self.service.pool_objects.get(name)
+        if pool is None:
+            raise refusal(404, f"There is no GPU pool named {name!r}.")
+        return pool
+
+    async def readable_booking(self, booking_id: str):
+        """The booking if the caller may see it; 404 otherwise (others' bookings stay hidden)."""
+        principal = self.require_principal()
+        try:
+            booking = await self.run_in_executor(self.store.get, int(booking_id))
+        except NotFound:
+            booking = None
+        if booking is None or not (principal.may_act_for(booking.user) or principal.is_spawner):
+            raise refusal(404, f"There is no booking {booking_id} you can see.")
+        return booking
+
+
+class PoolsHandler(APIHandler):
+    async def get(self) -> None:
+        self.require_principal()
+        self.write_json([pool_json(pool) for pool in self.service.pool_objects.values()])
+
+
+class AvailabilityHandler(APIHandler):
+    async def get(self, pool_name: str) -> None:
+        self.require_principal()
+        pool = self.pool_or_404(pool_name)
+        slot = self.service.slot_minutes
+        now = self.clock.now()
+        start = floor_to_grid(self.time_argument("start", now), slot)
+        end = ceil_to_grid(
+            self.time_argument("end", start + timedelta(days=self.service.page_days)), slot
+        )
+        if end <= start:
+            raise refusal(400, "'end' must be after 'start'.")
+        if end - start > timedelta(days=MAX_AVAILABILITY_DAYS):
+            raise refusal(400, f"Availability can be asked for at most {MAX_AVAILABILITY_DAYS} days at once.")
+        intervals = await self.run_in_executor(self.store.availability, pool.name, start, end)
+        self.write_json(availability_json(pool, start, end, slot, intervals))
+
+
+class BookingsHandler(APIHandler):
+    async def get(self) -> None:
+        principal = self.require_principal()
+        user = self.get_argument("user", None) or None
+        if not principal.is_admin:
+            if not principal.is_user or (user is not None and user != principal.name):
+                raise refusal(403, "Only booking administrators may list other users' bookings.")
+            user = principal.name
+        state = self.get_argument("state", None) or None
+        if state is not None and state not in {s.value for s in BookingState}:
+            allowed = ", ".join(s.value for s in BookingState)
+            raise refusal(400, f"'state' must be one of: {allowed}.")
+        bookings = await self.run_in_executor(
+            self.store.list,
+            user=user,
+            state=BookingState(state) if state else None,
+            start=self.time_argument("start"),
+            end=self.time_argument("end"),
+        )
+        self.write_json([self.booking_model(b) for b in bookings])
+
+    async def post(self) -> None:
+        principal = self.require_principal()
+        body = self.json_body({"pool", "gpus", "start", "end", "note", "user"}, ("pool", "gpus", "start", "end"))
+        user = body.get("user", principal.name if principal.is_user else None)
+        if not isinstance(user, str) or not user:
+            raise refusal(400, "'user' must be a Hub user name.")
+        if not principal.may_act_for(user):
+            raise refusal(403, "Only booking administrators may book for another user.")
+        note = body.get("note", "")
+        if not isinstance(note, str) or len(note) > 500:
+            raise refusal(400, "'note' must be text of at most 500 characters.")
+        if not isinstance(body["pool"], str):
+            raise refusal(400, "'pool' must be the name of a GPU pool.")
+        self.pool_or_404(body["pool"])
+        # groups are only known for the caller; an admin booking for someone else is exempt anyway
+        groups = principal.groups if user == principal.name else ()
+        booking = await self.run_in_executor(
+            self.store.create,
+            user,
+            body["pool"],
+            parse_amount(body["gpus"]),
+            parse_time(body["start"], "start"),
+            parse_time(body["end"], "end"),
+            note=note,
+            groups=groups,
+            is_admin=principal.is_admin,
+            actor=principal.name,
+        )
+        self.set_header("Location", self.service_url("api/bookings", str(booking.id)))
+        self.write_json(self.booking_model(booking), status=201)
+
+
+class BookingHandler(APIHandler):
+    async def get(self, booking_id: str) -> None:
+        self.write_json(self.booking_model(await self.readable_booking(booking_id)))
+
+    async def patch(self, booking_id: str) -> None:
+        principal = self.require_principal()
+        body = self.json_body({"end"}, ("end",))
+        booking = await self.readable_booking(booking_id)
+        if not principal.may_act_for(booking.user):
+            raise refusal(403, "Only the booking's owner or an administrator may change it.")
+        changed = await self.run_in_executor(
+            self.store.change_end,
+            booking.id,
+            parse_time(body["end"], "end"),
+            actor=principal.name,
+            groups=principal.groups if booking.user == principal.name else (),
+            is_admin=principal.is_admin,
+        )
+        self.write_json(self.booking_model(changed))
+
+    async def delete(self, booking_id: str) -> None:
+        principal = self.require_principal()
+        booking = await self.readable_booking(booking_id)
+        if not principal.may_act_for(booking.user):
+            raise refusal(403, "Only the booking's owner or an administrator may cancel it.")
+        cancelled = await self.run_in_executor(self.store.cancel, booking.id, actor=principal.name)
+        self.write_json(self.booking_model(cancelled))
+
+
+class ClaimHandler(APIHandler):
+    """``claim`` / ``release``: only the Hub's spawner (or an admin) binds bookings to servers."""
+
+    action = "claim"
+
+    def server_name(self) -> str:
+        principal = self.require_principal()
+        if not (principal.is_spawner or principal.is_admin):
+            raise refusal(403, f"Only the Hub's spawner or an administrator may {self.action} bookings.")
+        body = self.json_body({"server"}, ("server",))
+        if not isinstance(body["server"], str):
+            raise refusal(400, "'server' must be a server name (\"\" for the default server).")
+        return body["server"]
+
+    async def hub_server_running(self, user: str, server: str) -> bool:
+        """Ask the Hub whether ``user``'s ``server`` is still active (needs read:servers)."""
+        url = url_path_join(self.hub_auth.api_url, "users", url_escape_path(user))
+        try:
+            response = await AsyncHTTPClient().fetch(
+                url, headers={"Authorization": f"token {self.hub_auth.api_token}"}
+            )
+        except HTTPClientError as error:
+            if error.code == 404:
+                return False
+            raise
+        return server in (json.loads(response.body).get("servers") or {})
+
+    async def post(self, booking_id: str) -> None:
+        server = self.server_name()
+        booking = await self.readable_booking(booking_id)
+        loop = asyncio.get_running_loop()
+
+        def is_running(other_server: str) -> bool:
+            # called by the store in an executor thread: hop onto the event loop for the Hub call
+            check = self.hub_server_running(booking.user, other_server)
+            future = asyncio.run_coroutine_threadsafe(check, loop)
+            return future.result(timeout=HUB_CHECK_TIMEOUT_SECONDS)
+
+        claimed = await self.run_in_executor(self.store.claim, booking.id, server, is_running=is_running)
+        self.write_json(self.booking_model(claimed))
+
+
+class ReleaseHandler(ClaimHandler):
+    action = "release"
+
+    async def post(self, booking_id: str) -> None:
+        server = self.server_name()
+        booking = await self.readable_booking(booking_id)
+        released = await self.run_in_executor(self.store.release, booking.id, server)
+        self.write_json(self.booking_model(released))
+
+
+class ActiveBookingsHandler(APIHandler):
+    async def get(self, user: str) -> None:
+        principal = self.require_principal()
+        if not (principal.may_act_for(user) or principal.is_spawner):
+            raise refusal(403, "Only the user themself, an administrator or the Hub's spawner may see these bookings.")
+        bookings = await self.run_in_executor(self.store.active_for_user, user)
+        self.write_json([self.booking_model(b) for b in bookings])
+
+
+class MaintenanceListHandler(APIHandler):
+    async def get(self) -> None:
+        self.require_principal()
+        pool = self.get_argument("pool", None) or None
+        windows = await self.run_in_executor(
+            self.store.list_maintenance, pool=pool,
+            start=self.time_argument("start"), end=self.time_argument("end"),
+        )
+        self.write_json([maintenance_json(w) for w in windows])
+
+    async def post(self) -> None:
+        principal = self.require_admin()
+        body = self.json_body({"pool", "start", "end", "node", "reason"}, ("pool", "start", "end"))
+        pool = self.pool_or_404(body["pool"]) if isinstance(body["pool"], str) else None
+        if pool is None:
+            raise refusal(400, "'pool' must be the name of a GPU pool.")
+        node = body.get("node")
+        if node is not None and node not in pool.nodes:
+            raise refusal(400, f"Pool {pool.name} has no node named {node!r}.")
+        reason = body.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > 500:
+            raise refusal(400, "'reason' must be text of at most 500 characters.")
+        window, colliding = await self.run_in_executor(
+            self.store.add_maintenance,
+            pool.name,
+            parse_time(body["start"], "start"),
+            parse_time(body["end"], "end"),
+            node=node,
+            reason=reason,
+            actor=principal.name,
+        )
+        self.set_header("Location", self.service_url("api/maintenance", str(window.id)))
+        model = maintenance_json(window)
+        model["colliding_bookings"] = [self.booking_model(b) for b in colliding]
+        self.write_json(model, status=201)
+
+
+class MaintenanceHandler(APIHandler):
+    async def delete(self, window_id: str) -> None:
+        self.require_admin()
+        try:
+            await self.run_in_executor(self.store.delete_maintenance, int(window_id))
+        except NotFound:
+            raise refusal(404, f"There is no maintenance window {window_id}.") from None
+        self.set_status(204)
+        self.finish()
+
+
+def api_routes() -> list[tuple[str, type[web.RequestHandler]]]:
+    """REST routes as OpenAPI path templates relative to the service prefix."""
+    return [
+        ("api/pools", PoolsHandler),
+        ("api/pools/{pool}/availability", AvailabilityHandler),
+        ("api/bookings", BookingsHandler),
+        ("api/bookings/{booking_id}", BookingHandler),
+        ("api/bookings/{booking_id}/claim", ClaimHandler),
+        ("api/bookings/{booking_id}/release", ReleaseHandler),
+        ("api/users/{user}/bookings/active", ActiveBookingsHandler),
+        ("api/maintenance", MaintenanceListHandler),
+        ("api/maintenance/{window_id}", MaintenanceHandler),
+    ]
+

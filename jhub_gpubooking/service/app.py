@@ -1,0 +1,405 @@
+"""The hub-managed booking service: a traitlets Application serving a Tornado app.
+
+Run by the Hub as a managed service (``jhub-gpubooking-service``); it reads the
+``JUPYTERHUB_*`` environment the Hub gives managed services for its name, URL, prefix,
+Hub API URL/token and OAuth client. See ``docs`` for the Hub-side service definition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import os
+import re
+import secrets
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlparse
+
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.utils import url_path_join
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.log import access_log
+from traitlets import Bool, Dict, Instance, Integer, List, Unicode, default, validate
+from traitlets.config import Application, catch_config_error
+
+from .._version import __version__
+from ..core.clock import Clock, SystemClock
+from ..core.model import Pool
+from .api import api_routes
+from .base import BaseHandler
+from .feeds import feed_routes
+from .metrics import ServiceMetrics
+
+#: Regular expression of each path parameter used in the route templates.
+PATH_PARAMETER_PATTERNS = {"booking_id": r"\d+", "window_id": r"\d+"}
+DEFAULT_PATH_PARAMETER_PATTERN = r"[^/]+"
+
+
+def template_to_pattern(template: str) -> str:
+    """``api/bookings/{booking_id}`` → ``api/bookings/(\\d+)`` (literal parts escaped)."""
+    pattern = ""
+    for literal, name in re.findall(r"([^{]*)(?:\{(\w+)\})?", template):
+        pattern += re.escape(literal)
+        if name:
+            pattern += f"({PATH_PARAMETER_PATTERNS.get(name, DEFAULT_PATH_PARAMETER_PATTERN)})"
+    return pattern
+
+
+class OAuthCallbackHandler(HubOAuthCallbackHandler):
+    """Finishes the Hub OAuth login with the service's configured HubOAuth."""
+
+    @property
+    def hub_auth(self) -> HubOAuth:
+        return self.settings["hub_auth"]
+
+
+class MetricsHandler(BaseHandler):
+    async def get(self) -> None:
+        if self.service.authenticate_metrics:
+            principal = self.require_principal()
+            if not (principal.is_admin or principal.kind == "service"):
+                raise web.HTTPError(403, "Only administrators and Hub services may read metrics.")
+        service = self.service
+        bookings = await self.run_in_executor(self.store.list)
+        pool_sizes = {name: pool.total_gpus for name, pool in service.pool_objects.items()}
+        service.metrics.refresh(bookings, pool_sizes, self.clock.now())
+        self.set_header("Content-Type", service.metrics.content_type)
+        self.finish(service.metrics.exposition())
+
+
+def service_routes() -> list[tuple[str, type[web.RequestHandler]]]:
+    """Every route of the service as OpenAPI path templates, relative to the service prefix."""
+    return [*api_routes(), *feed_routes(), ("metrics", MetricsHandler)]
+
+
+class GPUBookingService(Application):
+    """Book GPUs for time slots; the Hub's spawner asks this service before starting GPU servers."""
+
+    name = "jhub-gpubooking-service"
+    version = __version__
+    description = __doc__
+
+    aliases = {
+        "config": "GPUBookingService.config_file",
+        "db-url": "GPUBookingService.db_url",
+        "url": "GPUBookingService.service_url",
+        "log-level": "Application.log_level",
+    }
+    flags = {
+        "upgrade-db": (
+            {"GPUBookingService": {"upgrade_db": True}},
+            "Upgrade the database schema to the current version before starting.",
+        ),
+        "generate-config": (
+            {"GPUBookingService": {"generate_config": True}},
+            "Write a commented default config file to --config and exit.",
+        ),
+    }
+
+    config_file = Unicode(
+        "jhub_gpubooking_service_config.py",
+        help="Python config file to load (traitlets style, e.g. c.GPUBookingService.pools = [...]).",
+    ).tag(config=True)
+    generate_config = Bool(
+        False, help="Write the default config to config_file and exit instead of serving."
+    ).tag(config=True)
+    upgrade_db = Bool(
+        False,
+        help="Run the database migrations at start. Without it, a stale schema stops the service "
+        "with a message asking to run `jhub-gpubooking db upgrade`.",
+    ).tag(config=True)
+
+    service_name = Unicode(
+        help="Name of this service in the Hub (default: $JUPYTERHUB_SERVICE_NAME or gpu-booking)."
+    ).tag(config=True)
+
+    @default("service_name")
+    def _default_service_name(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_NAME") or "gpu-booking"
+
+    service_url = Unicode(
+        help="URL to listen on (default: $JUPYTERHUB_SERVICE_URL, set by the Hub for managed services)."
+    ).tag(config=True)
+
+    @default("service_url")
+    def _default_service_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_URL") or "http://127.0.0.1:10101"
+
+    service_prefix = Unicode(
+        help="URL prefix the Hub's proxy routes to this service (default: $JUPYTERHUB_SERVICE_PREFIX)."
+    ).tag(config=True)
+
+    @default("service_prefix")
+    def _default_service_prefix(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or url_path_join(
+            self.hub_base_url, "services", self.service_name
+        ) + "/"
+
+    @validate("service_prefix", "hub_base_url")
+    def _slashes_around(self, proposal) -> str:
+        return "/" + proposal["value"].strip("/") + "/" if proposal["value"].strip("/") else "/"
+
+    hub_base_url = Unicode(
+        help="Base URL of the whole JupyterHub deployment (default: $JUPYTERHUB_BASE_URL or /)."
+    ).tag(config=True)
+
+    @default("hub_base_url")
+    def _default_hub_base_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_BASE_URL") or "/"
+
+    hub_api_url = Unicode(
+        help="The Hub's REST API URL (default: $JUPYTERHUB_API_URL)."
+    ).tag(config=True)
+
+    @default("hub_api_url")
+    def _default_hub_api_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_URL") or "http://127.0.0.1:8081" + url_path_join(
+            self.hub_prefix, "api"
+        )
+
+    api_token = Unicode(
+        help="This service's Hub API token (default: $JUPYTERHUB_API_TOKEN). Its role needs "
+        "list:users, read:users, read:users:groups and read:servers (to tell whether a server "
+        "holding a booking is still running)."
+    ).tag(config=True)
+
+    @default("api_token")
+    def _default_api_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
+
+    public_url = Unicode(
+        help="Public URL of this service as browsers and calendar apps reach it, used for feed "
+        "links (default: $JUPYTERHUB_PUBLIC_URL; if empty, built from each request's host)."
+    ).tag(config=True)
+
+    @default("public_url")
+    def _default_public_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_PUBLIC_URL", "")
+
+    db_url = Unicode(
+        "sqlite:///jhub_gpubooking.sqlite",
+        help="SQLAlchemy URL of the booking database (SQLite, PostgreSQL or MySQL/MariaDB).",
+    ).tag(config=True)
+    pools = List(
+        Dict(),
+        help="GPU pools: one dict per pool with the keys of jhub_gpubooking.core.model.Pool "
+        "(name, nodes, slices_per_gpu, backend, display_name, ...).",
+    ).tag(config=True)
+    default_policy = Dict(
+        help="Booking policy for everyone (keys of jhub_gpubooking.core.policy.Policy, e.g. "
+        "max_minutes, max_days_ahead, max_gpus, budget_gpu_hours); missing keys mean no limit."
+    ).tag(config=True)
+    group_policies = Dict(
+        help="Per Hub group, policy keys overriding default_policy; a user in several groups gets "
+        "the most generous value of each key."
+    ).tag(config=True)
+    slot_minutes = Integer(
+        15, help="Booking grid in minutes: bookings start and end on multiples of it."
+    ).tag(config=True)
+    page_days = Integer(
+        7, help="Days shown at once on the reservation page and by default in availability."
+    ).tag(config=True)
+    page_title = Unicode(
+        "GPU bookings", help="Title of the reservation page."
+    ).tag(config=True)
+    page_announcement = Unicode(
+        "", help="Text shown at the top of the reservation page (e.g. maintenance notices)."
+    ).tag(config=True)
+    spawner_services = List(
+        Unicode(),
+        help="Hub services whose tokens act as the Hub's spawner (may read any user's active "
+        "bookings and claim/release them). Default: this service itself, since the spawner "
+        "uses the service's own API token.",
+    ).tag(config=True)
+
+    @default("spawner_services")
+    def _default_spawner_services(self) -> list[str]:
+        return [self.service_name]
+
+    admin_groups = List(
+        Unicode(),
+        help="Hub groups whose members administer bookings, besides Hub admins.",
+    ).tag(config=True)
+    executor_threads = Integer(
+        4, help="Threads for database work, so the event loop never waits on the database."
+    ).tag(config=True)
+    authenticate_metrics = Bool(
+        True,
+        help="Require an admin or a Hub service token for /metrics (like the Hub's own "
+        "authenticate_prometheus).",
+    ).tag(config=True)
+    cookie_secret_file = Unicode(
+        "",
+        help="File holding the secret that signs login cookies; created if missing. Empty: a new "
+        "random secret at each start, which logs browsers out when the service restarts.",
+    ).tag(config=True)
+
+    clock = Instance(Clock, help="Source of the current time (not configurable from files).")
+
+    @default("clock")
+    def _default_clock(self) -> Clock:
+        return SystemClock()
+
+    @default("log_level")
+    def _default_log_level(self) -> int:
+        return logging.INFO
+
+    @property
+    def hub_prefix(self) -> str:
+        return url_path_join(self.hub_base_url, "hub") + "/"
+
+    @catch_config_error
+    def initialize(self, argv=None) -> None:
+        super().initialize(argv)
+        if self.generate_config:
+            return
+        if self.config_file and os.path.exists(self.config_file):
+            self.load_config_file(self.config_file)
+            # the command line wins over the file
+            self.update_config(self.cli_config)
+
+    def write_default_config(self) -> None:
+        if os.path.exists(self.config_file):
+            sys.exit(f"{self.config_file} exists; remove it or choose another --config.")
+        Path(self.config_file).write_text(self.generate_config_file())
+        print(f"Wrote default config to {self.config_file}")
+
+    def load_pools(self) -> dict[str, Pool]:
+        pools: dict[str, Pool] = {}
+        for entry in self.pools:
+            pool = Pool.from_config(entry)
+            if pool.name in pools:
+                raise ValueError(f"Two pools are named {pool.name!r}; pool names must be unique.")
+            pools[pool.name] = pool
+        return pools
+
+    def read_cookie_secret(self) -> bytes:
+        if not self.cookie_secret_file:
+            return secrets.token_bytes(32)
+        path = Path(self.cookie_secret_file)
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_hex(32))
+        return bytes.fromhex(path.read_text().strip())
+
+    def open_store(self):
+        """Open the database, refusing a stale schema unless ``upgrade_db`` is set."""
+        from ..core.policy import Policy
+        from ..db.session import check_schema, make_engine, make_session_factory, upgrade
+        from ..db.store import BookingStore
+
+        if self.upgrade_db:
+            upgrade(self.db_url)
+        engine = make_engine(self.db_url)
+        check_schema(engine)
+        return BookingStore(
+            make_session_factory(engine),
+            self.pool_objects,
+            Policy.from_config(self.default_policy),
+            self.group_policies,
+            slot_minutes=self.slot_minutes,
+            clock=self.clock,
+        )
+
+    def make_hub_auth(self) -> HubOAuth:
+        return HubOAuth(
+            parent=self,
+            api_url=self.hub_api_url,
+            api_token=self.api_token,
+            base_url=self.service_prefix,
+            hub_prefix=self.hub_prefix,
+            access_scopes={f"access:services!service={self.service_name}"},
+        )
+
+    def log_request(self, handler: web.RequestHandler) -> None:
+        """Count every request for /metrics and write one access-log line."""
+        status = handler.get_status()
+        seconds = handler.request.request_time()
+        route = getattr(handler, "route_template", "") or type(handler).__name__
+        self.metrics.observe_request(route, handler.request.method, status, seconds)
+        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+        # log the route template, not the path: secret feed tokens must not reach the logs
+        access_log.log(level, "%d %s %s %.1fms", status, handler.request.method, route, seconds * 1e3)
+
+    def make_routes(self) -> list:
+        prefix = self.service_prefix
+        routes = [
+            web.url(url_path_join(prefix, template_to_pattern(template)), handler,
+                    {"route_template": template})
+            for template, handler in service_routes()
+        ]
+        routes.append((url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler))
+        if importlib.util.find_spec(f"{__package__}.pages") is not None:
+            from .pages import page_handlers
+
+            routes.extend(page_handlers(prefix))
+        return routes
+
+    def make_tornado_settings(self) -> dict:
+        return {
+            "store": self.store,
+            "service": self,
+            "hub_auth": self.hub_auth,
+            "service_prefix": self.service_prefix,
+            "hub_prefix": self.hub_prefix,
+            "executor": self.executor,
+            "clock": self.clock,
+            "cookie_secret": self.read_cookie_secret(),
+            "log_function": self.log_request,
+            # HubOAuth checks '_xsrf' on cookie-authenticated writes itself; tornado's own
+            # xsrf_cookies would also reject token-authenticated API calls
+            "xsrf_cookies": False,
+            "static_path": str(Path(__file__).resolve().parent.parent / "static"),
+            "static_url_prefix": url_path_join(self.service_prefix, "static") + "/",
+            "template_path": str(Path(__file__).resolve().parent.parent / "templates"),
+        }
+
+    def setup(self) -> None:
+        """Everything but listening: pools, store, auth, executor, tornado app."""
+        self.pool_objects = self.load_pools()
+        self.metrics = ServiceMetrics()
+        self.store = self.open_store()
+        self.hub_auth = self.make_hub_auth()
+        self.executor = ThreadPoolExecutor(self.executor_threads, thread_name_prefix="gpubooking-db")
+        self.tornado_app = web.Application(self.make_routes(), **self.make_tornado_settings())
+
+    def start(self) -> None:
+        if self.generate_config:
+            self.write_default_config()
+            return
+        from ..db.session import StaleSchema
+
+        try:
+            self.setup()
+        except StaleSchema as error:
+            self.log.critical("%s", error)
+            self.exit(2)
+        try:
+            asyncio.run(self.serve())
+        except KeyboardInterrupt:
+            self.log.info("Interrupted")
+        finally:
+            self.executor.shutdown(wait=False)
+
+    async def serve(self) -> None:
+        """Listen on ``service_url`` until SIGTERM (how the Hub stops managed services)."""
+        listen = urlparse(self.service_url)
+        server = HTTPServer(self.tornado_app, xheaders=True)
+        server.listen(listen.port or 80, listen.hostname or "127.0.0.1")
+        self.log.info(
+            "GPU booking service %s listening on %s (prefix %s)",
+            self.service_name, self.service_url, self.service_prefix,
+        )
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        server.stop()
+        await server.close_all_connections()
+
+
+main = GPUBookingService.launch_instance

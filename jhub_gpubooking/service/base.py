@@ -1,0 +1,228 @@
+"""Request handling shared by every handler of the booking service.
+
+Identity comes only from the Hub: an ``Authorization: token …`` header (checked with
+``HubAuth.user_for_token``) or the OAuth cookie set by the service's ``oauth_callback``.
+The Hub user model is resolved once per request in :meth:`BaseHandler.prepare` (asynchronously,
+so the event loop never waits on the Hub) and then exposed as :attr:`BaseHandler.principal`.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass
+from functools import partial
+from http.client import responses
+from typing import Any, Callable, Iterable, TypeVar
+
+from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
+from jupyterhub.utils import url_path_join
+from tornado import web
+from tornado.ioloop import IOLoop
+
+from ..core.errors import BookingError
+
+T = TypeVar("T")
+
+
+def refusal(status: int, message: str) -> web.HTTPError:
+    """An HTTPError whose message is shown as-is (safe even if it contains '%')."""
+    return web.HTTPError(status, "%s", message)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling, as the Hub told us.
+
+    ``kind`` is ``"user"`` or ``"service"``; ``is_spawner`` marks a Hub service named in
+    ``GPUBookingService.spawner_services`` (the Hub's spawner talks to us with that token).
+    """
+
+    kind: str
+    name: str
+    groups: tuple[str, ...] = ()
+    is_admin: bool = False
+    is_spawner: bool = False
+
+    @property
+    def is_user(self) -> bool:
+        return self.kind == "user"
+
+    def may_act_for(self, user: str) -> bool:
+        """May this principal read or change ``user``'s bookings?"""
+        return self.is_admin or (self.is_user and self.name == user)
+
+
+def principal_from_model(
+    model: dict, admin_groups: Iterable[str], spawner_services: Iterable[str]
+) -> Principal:
+    """Turn a Hub user/service model into a :class:`Principal` (pure, for testing)."""
+    kind = model.get("kind", "user")
+    name = model["name"]
+    if kind == "service":
+        return Principal(kind="service", name=name, is_spawner=name in set(spawner_services))
+    groups = tuple(sorted(model.get("groups") or ()))
+    is_admin = bool(model.get("admin")) or bool(set(groups) & set(admin_groups))
+    return Principal(kind="user", name=name, groups=groups, is_admin=is_admin)
+
+
+class BaseHandler(HubOAuthenticated, web.RequestHandler):
+    """Base of all service handlers: Hub identity, JSON errors, executor access.
+
+    Handlers find what they need in ``self.settings``: ``store`` (the BookingStore),
+    ``service`` (the :class:`~jhub_gpubooking.service.app.GPUBookingService`), ``hub_auth``,
+    ``service_prefix``, ``hub_prefix``, ``executor`` and ``clock``.
+    """
+
+    def initialize(self, route_template: str = "") -> None:
+        # the OpenAPI path template of the route, used as the metrics label
+        self.route_template = route_template
+
+    @property
+    def hub_auth(self) -> HubOAuth:
+        return self.settings["hub_auth"]
+
+    @hub_auth.setter
+    def hub_auth(self, auth: HubOAuth) -> None:
+        # HubAuthenticated defines a setter; the service configures one HubOAuth for all handlers
+        raise AttributeError("hub_auth comes from the application settings")
+
+    @property
+    def service(self):
+        return self.settings["service"]
+
+    @property
+    def store(self):
+        return self.settings["store"]
+
+    @property
+    def clock(self):
+        return self.settings["clock"]
+
+    async def prepare(self) -> None:
+        """Resolve the Hub identity without blocking the event loop."""
+        model = await self.hub_auth.get_user(self, sync=False)
+        self._principal = None
+        if not model:
+            self._hub_auth_user_cache = None
+            return
+        try:
+            self._hub_auth_user_cache = self.check_hub_user(model)
+        except UserNotAllowed:
+            self._hub_auth_user_cache = None
+            return
+        self._principal = principal_from_model(
+            model, self.service.admin_groups, self.service.spawner_services
+        )
+
+    def check_hub_user(self, model: dict) -> dict:
+        # our own spawner service(s) need no 'access:services' scope: the Hub vouched for them
+        if model.get("kind") == "service" and model.get("name") in self.service.spawner_services:
+            return model
+        return super().check_hub_user(model)
+
+    @property
+    def principal(self) -> Principal | None:
+        """The authenticated caller, or None for anonymous requests."""
+        return getattr(self, "_principal", None)
+
+    @property
+    def is_admin(self) -> bool:
+        return bool(self.principal and self.principal.is_admin)
+
+    def require_principal(self) -> Principal:
+        if self.principal is None:
+            raise web.HTTPError(
+                403, "Authentication required: log in to JupyterHub or send a Hub API token."
+            )
+        return self.principal
+
+    def require_user(self) -> Principal:
+        """The caller must be a Hub user (services have no bookings of their own)."""
+        principal = self.require_principal()
+        if not principal.is_user:
+            raise refusal(403, f"Service {principal.name} cannot use this endpoint.")
+        return principal
+
+    def require_admin(self) -> Principal:
+        principal = self.require_principal()
+        if not principal.is_admin:
+            raise web.HTTPError(403, "Only booking administrators may do this.")
+        return principal
+
+    def require_acting_for(self, user: str) -> Principal:
+        """The caller must be ``user`` themself or an admin."""
+        principal = self.require_principal()
+        if not principal.may_act_for(user):
+            raise refusal(403, f"You may not see or change the bookings of {user}.")
+        return principal
+
+    def json_body(self, allowed: Iterable[str], required: Iterable[str] = ()) -> dict:
+        """The JSON object in the body, limited to an explicit allow-list of fields."""
+        try:
+            body = json.loads(self.request.body or b"null")
+        except (ValueError, UnicodeDecodeError):
+            raise web.HTTPError(400, "The request body is not valid JSON.") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "The request body must be a JSON object.")
+        allowed = set(allowed)
+        unknown = sorted(set(body) - allowed)
+        if unknown:
+            raise refusal(
+                400,
+                f"Unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}.",
+            )
+        missing = [name for name in required if name not in body]
+        if missing:
+            raise refusal(400, f"Missing field(s): {', '.join(missing)}.")
+        return body
+
+    async def run_in_executor(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking (database) work in the service's thread pool."""
+        return await IOLoop.current().run_in_executor(
+            self.settings["executor"], partial(func, *args, **kwargs)
+        )
+
+    def service_url(self, *parts: str) -> str:
+        """A path under the service prefix (never hard-code the Hub's layout)."""
+        return url_path_join(self.settings["service_prefix"], *parts)
+
+    def public_service_url(self, *parts: str) -> str:
+        """An absolute URL of a path under the service, as users' clients must reach it."""
+        base = self.service.public_url or f"{self.request.protocol}://{self.request.host}"
+        if base.rstrip("/").endswith(self.settings["service_prefix"].rstrip("/")):
+            # JUPYTERHUB_PUBLIC_URL already includes the service prefix
+            return url_path_join(base, *parts)
+        return url_path_join(base, self.service_url(*parts))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Errors are JSON ``{"status": N, "message": "…"}`` like the Hub's REST API."""
+        exc_info = kwargs.get("exc_info")
+        message = ""
+        if exc_info:
+            exception = exc_info[1]
+            if isinstance(exception, BookingError):
+                message = exception.message
+            else:
+                message = getattr(exception, "log_message", "") or ""
+                format_args = getattr(exception, "args", ())
+                if message and format_args and isinstance(exception, web.HTTPError):
+                    message = message % format_args
+            if status_code >= 500 and not message:
+                self.log.error("Unhandled error: %s", "".join(traceback.format_exception(*exc_info)))
+        if not message:
+            message = responses.get(status_code, "Unknown HTTP error")
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    def log_exception(self, typ, value, tb) -> None:
+        # booking refusals are normal answers, not server errors worth a traceback
+        if isinstance(value, BookingError):
+            return
+        super().log_exception(typ, value, tb)
+
+    def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
+        exc_info = kwargs.get("exc_info")
+        if exc_info and isinstance(exc_info[1], BookingError):
+            status_code = exc_info[1].status
+        super().send_error(status_code, **kwargs)

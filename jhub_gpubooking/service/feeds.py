@@ -1,0 +1,119 @@
+"""iCalendar feeds of a user's bookings.
+
+Two ways in: ``api/users/{user}/bookings.ics`` for a logged-in caller, and the secret feed
+``feeds/{token}.ics`` for calendar apps that cannot log in: the token is the capability, so
+that handler skips Hub authentication entirely. Resetting the token (POST ``feed-token``)
+revokes old links.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from icalendar import Calendar, Event
+
+from ..core.model import Booking, Pool, format_amount
+from ..core.timegrid import as_utc
+from .api import APIHandler
+from .base import BaseHandler, refusal
+
+ICS_CONTENT_TYPE = "text/calendar; charset=utf-8"
+
+
+def booking_event(booking: Booking, pool: Pool | None, uid_domain: str, page_url: str) -> Event:
+    """One VEVENT for a booking; cancelled bookings stay in the feed as CANCELLED."""
+    pool_label = pool.display_name if pool else booking.pool
+    event = Event()
+    event.add("uid", f"booking-{booking.id}@{uid_domain}")
+    event.add("summary", f"{format_amount(booking.amount)} GPU on {pool_label}")
+    event.add("dtstart", as_utc(booking.start))
+    event.add("dtend", as_utc(booking.end))
+    event.add("dtstamp", as_utc(booking.updated or booking.created or booking.start))
+    event.add("status", "CANCELLED" if booking.status == "cancelled" else "CONFIRMED")
+    description = [f"Booking {booking.id}: {format_amount(booking.amount)} GPU in pool {booking.pool}."]
+    if booking.placement is not None:
+        description.append(f"Node {booking.placement.node}, GPU(s) {list(booking.placement.gpus)}.")
+    if booking.note:
+        description.append(booking.note)
+    event.add("description", "\n".join(description))
+    if page_url:
+        event.add("url", page_url)
+    return event
+
+
+def bookings_calendar(
+    user: str,
+    bookings: Iterable[Booking],
+    pools: dict[str, Pool],
+    uid_domain: str,
+    page_url: str = "",
+) -> bytes:
+    """The whole calendar of ``user``'s bookings as iCalendar bytes."""
+    calendar = Calendar()
+    calendar.add("prodid", "-//jhub-gpubooking//GPU bookings//EN")
+    calendar.add("version", "2.0")
+    calendar.add("x-wr-calname", f"GPU bookings of {user}")
+    for booking in sorted(bookings, key=lambda b: (b.start, b.id or 0)):
+        calendar.add_component(booking_event(booking, pools.get(booking.pool), uid_domain, page_url))
+    return calendar.to_ical()
+
+
+class CalendarMixin:
+    async def write_calendar(self, user: str) -> None:
+        bookings = await self.run_in_executor(self.store.list, user=user)
+        body = bookings_calendar(
+            user,
+            bookings,
+            self.service.pool_objects,
+            uid_domain=self.service.service_name,
+            page_url=self.public_service_url(""),
+        )
+        self.set_header("Content-Type", ICS_CONTENT_TYPE)
+        self.set_header("Cache-Control", "no-store")
+        self.finish(body)
+
+
+class UserCalendarHandler(CalendarMixin, APIHandler):
+    async def get(self, user: str) -> None:
+        self.require_acting_for(user)
+        await self.write_calendar(user)
+
+
+class SecretFeedHandler(CalendarMixin, BaseHandler):
+    """No login: whoever holds the token may read that user's calendar."""
+
+    async def prepare(self) -> None:
+        # the token in the path is the only credential; never consult the Hub here
+        self._principal = None
+
+    async def get(self, token: str) -> None:
+        user = await self.run_in_executor(self.store.user_for_feed_token, token)
+        if user is None:
+            raise refusal(404, "This calendar link is unknown or was reset; get a new one from the booking page.")
+        await self.write_calendar(user)
+
+
+class FeedTokenHandler(APIHandler):
+    async def get(self, user: str) -> None:
+        await self.answer(user, reset=False)
+
+    async def post(self, user: str) -> None:
+        if self.request.body:
+            self.json_body(allowed=())  # resetting takes no fields; refuse any sent
+        await self.answer(user, reset=True)
+
+    async def answer(self, user: str, reset: bool) -> None:
+        self.require_acting_for(user)
+        token = await self.run_in_executor(self.store.feed_token, user, reset=reset)
+        self.write_json(
+            {"user": user, "token": token, "url": self.public_service_url("feeds", f"{token}.ics")}
+        )
+
+
+def feed_routes() -> list[tuple[str, type]]:
+    return [
+        ("api/users/{user}/bookings.ics", UserCalendarHandler),
+        ("api/users/{user}/feed-token", FeedTokenHandler),
+        ("feeds/{token}.ics", SecretFeedHandler),
+    ]
+

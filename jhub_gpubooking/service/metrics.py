@@ -1,0 +1,101 @@
+"""Prometheus metrics of the booking service.
+
+All metrics live on a dedicated :class:`~prometheus_client.CollectorRegistry` owned by one
+:class:`ServiceMetrics` object, so several services (or tests) in one process never clash in
+prometheus_client's global registry.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from datetime import datetime
+from fractions import Fraction
+from typing import Iterable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from ..core.model import Booking, BookingState
+
+#: Buckets for request latency: booking requests are small database transactions.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def booking_counts(bookings: Iterable[Booking], now: datetime) -> dict[str, int]:
+    """Number of bookings in each state (every state present, zero included)."""
+    tally = Tally(booking.state(now).value for booking in bookings)
+    return {state.value: tally.get(state.value, 0) for state in BookingState}
+
+
+def booked_gpus_now(bookings: Iterable[Booking], pools: Iterable[str], now: datetime) -> dict:
+    """GPUs (fractions summed) held by active bookings, per pool (every pool present)."""
+    totals = {pool: Fraction(0) for pool in pools}
+    for booking in bookings:
+        if booking.state(now) is BookingState.ACTIVE and booking.pool in totals:
+            totals[booking.pool] += Fraction(booking.amount)
+    return {pool: float(amount) for pool, amount in totals.items()}
+
+
+class ServiceMetrics:
+    """The service's metrics and the registry they are exposed from."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.bookings = Gauge(
+            "gpubooking_bookings",
+            "Bookings by state (upcoming, active, ended, cancelled).",
+            ["state"],
+            registry=self.registry,
+        )
+        self.booked_gpus = Gauge(
+            "gpubooking_booked_gpus",
+            "GPUs held right now by active bookings, per pool (fractions summed).",
+            ["pool"],
+            registry=self.registry,
+        )
+        self.pool_gpus = Gauge(
+            "gpubooking_pool_gpus",
+            "GPUs configured in each pool.",
+            ["pool"],
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "gpubooking_requests",
+            "HTTP requests handled, by route template, method and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.request_duration = Histogram(
+            "gpubooking_request_duration_seconds",
+            "Time to answer HTTP requests, by route template, method and status.",
+            ["route", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        labels = {"route": route, "method": method, "status": str(status)}
+        self.requests.labels(**labels).inc()
+        self.request_duration.labels(**labels).observe(seconds)
+
+    def refresh(self, bookings: list[Booking], pool_sizes: dict[str, int], now: datetime) -> None:
+        """Set the booking gauges from the current bookings (called before each scrape)."""
+        for state, count in booking_counts(bookings, now).items():
+            self.bookings.labels(state=state).set(count)
+        for pool, amount in booked_gpus_now(bookings, pool_sizes, now).items():
+            self.booked_gpus.labels(pool=pool).set(amount)
+        for pool, size in pool_sizes.items():
+            self.pool_gpus.labels(pool=pool).set(size)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
+
