@@ -1,0 +1,110 @@
+"""The reservation page: one server-rendered HTML shell plus plain JS that talks to the REST API.
+
+The server renders only what the browser cannot know by itself: the URL prefixes, the user,
+the slot grid and the XSRF token. Everything else (pools, availability, bookings) the page
+fetches from ``api/`` so there is one source of truth for rules and refusals: the API.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from tornado import web
+
+from .base import BaseHandler
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+STATIC_DIR = PACKAGE_DIR / "static" / "service"
+TEMPLATE_NAME = "service/reservation.html"
+
+_templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(PACKAGE_DIR / "templates"),
+    autoescape=jinja2.select_autoescape(["html"]),
+    undefined=jinja2.StrictUndefined,  # a missing context key is a bug, not an empty string
+)
+
+
+def static_asset_url(service_prefix: str, filename: str) -> str:
+    """URL of a page asset, versioned by content hash so browsers never run a stale script."""
+    version = web.StaticFileHandler.get_version({"static_path": str(STATIC_DIR)}, filename)
+    return f"{service_prefix}static/{filename}?v={version}"
+
+
+def page_context(
+    *,
+    user_name: str,
+    is_admin: bool,
+    service_prefix: str,
+    hub_prefix: str,
+    xsrf_token: str,
+    slot_minutes: int,
+    page_days: int,
+    asset_urls: dict[str, str],
+) -> dict[str, Any]:
+    """Everything the reservation template needs; every URL derives from the two prefixes."""
+    hub_static = f"{hub_prefix}static/"
+    return {
+        "user_name": user_name,
+        "is_admin": is_admin,
+        "xsrf_token": xsrf_token,
+        "hub_home_url": f"{hub_prefix}home",
+        "hub_token_url": f"{hub_prefix}token",
+        "hub_logo_url": f"{hub_prefix}logo",
+        "logout_url": f"{hub_prefix}logout",
+        "page_url": service_prefix,
+        "hub_css_url": f"{hub_static}css/style.min.css",
+        "hub_favicon_url": f"{hub_static}favicon.ico",
+        "hub_bootstrap_js_url": f"{hub_static}components/bootstrap/dist/js/bootstrap.bundle.min.js",
+        "hub_darkmode_js_url": f"{hub_static}js/darkmode.js",
+        "page_css_url": asset_urls["booking.css"],
+        "page_js_url": asset_urls["booking.js"],
+        # read by booking.js; rendered with |tojson so it is safe inside <script>
+        "page_config": {
+            "apiUrl": f"{service_prefix}api/",
+            "user": user_name,
+            "isAdmin": is_admin,
+            "slotMinutes": slot_minutes,
+            "pageDays": page_days,
+        },
+    }
+
+
+def render_page(context: dict[str, Any]) -> str:
+    return _templates.get_template(TEMPLATE_NAME).render(**context)
+
+
+class ReservationPageHandler(BaseHandler):
+    """``GET {service_prefix}``: the reservation page for the logged-in Hub user."""
+
+    @web.authenticated
+    def get(self) -> None:
+        service_prefix = self.settings["service_prefix"]
+        service = self.settings["service"]
+        context = page_context(
+            user_name=self.current_user["name"],
+            is_admin=self.is_admin,
+            service_prefix=service_prefix,
+            hub_prefix=self.settings["hub_prefix"],
+            # HubOAuth patches xsrf_token so the same value passes its cookie-auth check
+            xsrf_token=self.xsrf_token.decode("ascii"),
+            slot_minutes=service.slot_minutes,
+            page_days=service.page_days,
+            asset_urls={
+                name: static_asset_url(service_prefix, name) for name in ("booking.js", "booking.css")
+            },
+        )
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(render_page(context))
+
+
+def page_handlers(prefix: str) -> list[tuple]:
+    """Routes of the page and its assets, for the service app to add under its prefix."""
+    escaped = re.escape(prefix)
+    return [
+        (rf"{escaped}static/(.*)", web.StaticFileHandler, {"path": str(STATIC_DIR)}),
+        (escaped, ReservationPageHandler),
+    ]

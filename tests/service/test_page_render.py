@@ -1,0 +1,155 @@
+"""The reservation page's server side without a browser: context builder, HTML, routes."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+
+from tornado import web
+
+from jhub_gpubooking.service import pages
+
+# deliberately unusual prefixes: nothing may assume the Hub's default layout
+HUB_PREFIX = "/lab/hub-x/"
+SERVICE_PREFIX = "/lab/services/gpus/"
+ASSET_URLS = {
+    "booking.js": f"{SERVICE_PREFIX}static/booking.js?v=abc",
+    "booking.css": f"{SERVICE_PREFIX}static/booking.css?v=def",
+}
+
+
+def make_context(**overrides):
+    arguments = dict(
+        user_name="ada",
+        is_admin=False,
+        service_prefix=SERVICE_PREFIX,
+        hub_prefix=HUB_PREFIX,
+        xsrf_token="2|tok|en",
+        slot_minutes=15,
+        page_days=7,
+        asset_urls=ASSET_URLS,
+    )
+    arguments.update(overrides)
+    return pages.page_context(**arguments)
+
+
+class PageScan(HTMLParser):
+    """Collects what the tests check: links, the xsrf meta tag, ids and the config JSON."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls: list[str] = []
+        self.ids: set[str] = set()
+        self.xsrf: str | None = None
+        self.config_text = ""
+        self._in_config = False
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        self.urls += [attributes[name] for name in ("href", "src") if name in attributes]
+        if "id" in attributes:
+            self.ids.add(attributes["id"])
+        if tag == "meta" and attributes.get("name") == "xsrf-token":
+            self.xsrf = attributes["content"]
+        self._in_config = attributes.get("id") == "gpu-booking-config"
+
+    def handle_endtag(self, tag):
+        self._in_config = False
+
+    def handle_data(self, data):
+        if self._in_config:
+            self.config_text += data
+
+
+def scan(html: str) -> PageScan:
+    parser = PageScan()
+    parser.feed(html)
+    return parser
+
+
+def test_page_context_builds_every_url_from_the_prefixes():
+    assert make_context() == {
+        "user_name": "ada",
+        "is_admin": False,
+        "xsrf_token": "2|tok|en",
+        "hub_home_url": "/lab/hub-x/home",
+        "hub_token_url": "/lab/hub-x/token",
+        "hub_logo_url": "/lab/hub-x/logo",
+        "logout_url": "/lab/hub-x/logout",
+        "page_url": "/lab/services/gpus/",
+        "hub_css_url": "/lab/hub-x/static/css/style.min.css",
+        "hub_favicon_url": "/lab/hub-x/static/favicon.ico",
+        "hub_bootstrap_js_url": "/lab/hub-x/static/components/bootstrap/dist/js/bootstrap.bundle.min.js",
+        "hub_darkmode_js_url": "/lab/hub-x/static/js/darkmode.js",
+        "page_css_url": "/lab/services/gpus/static/booking.css?v=def",
+        "page_js_url": "/lab/services/gpus/static/booking.js?v=abc",
+        "page_config": {
+            "apiUrl": "/lab/services/gpus/api/",
+            "user": "ada",
+            "isAdmin": False,
+            "slotMinutes": 15,
+            "pageDays": 7,
+        },
+    }
+
+
+def test_rendered_page_links_only_under_the_prefixes_and_carries_the_xsrf_token():
+    html = pages.render_page(make_context())
+    page = scan(html)
+    local_urls = [url for url in page.urls if not url.startswith("#")]
+    assert local_urls, "the page links to the Hub and its own assets"
+    assert all(url.startswith((HUB_PREFIX, SERVICE_PREFIX)) for url in local_urls), local_urls
+    assert "/hub/" not in html
+    assert "/services/gpu-booking/" not in html
+    assert page.xsrf == "2|tok|en"
+    assert json.loads(page.config_text) == make_context()["page_config"]
+    # the Hub's own stylesheet and the page's script are both included
+    assert "/lab/hub-x/static/css/style.min.css" in page.urls
+    assert "/lab/services/gpus/static/booking.js?v=abc" in page.urls
+    assert {"/lab/hub-x/home", "/lab/hub-x/logout"} <= set(page.urls)
+
+
+def test_form_controls_have_labels_and_the_refusal_box_is_live():
+    html = pages.render_page(make_context())
+    page = scan(html)
+    for control in ("gb-pool", "gb-amount", "gb-start", "gb-end", "gb-note"):
+        assert control in page.ids
+        assert f'for="{control}"' in html
+    assert 'id="gb-form-feedback" class="alert mt-3 mb-0 d-none" role="alert" aria-live="assertive"' in html
+
+
+def test_admin_section_only_for_admins():
+    assert "gb-admin" not in scan(pages.render_page(make_context())).ids
+    admin_page = scan(pages.render_page(make_context(is_admin=True)))
+    assert {"gb-admin", "gb-maintenance-form", "gb-all-bookings"} <= admin_page.ids
+    assert json.loads(admin_page.config_text)["isAdmin"] is True
+
+
+def test_user_supplied_text_is_escaped_in_html_and_in_the_config_script():
+    hostile = 'x"</script><script>alert(1)</script>'
+    html = pages.render_page(make_context(user_name=hostile))
+    assert "<script>alert(1)</script>" not in html
+    assert json.loads(scan(html).config_text)["user"] == hostile
+
+
+def test_static_asset_url_is_versioned_by_content_hash():
+    # tornado's content hash (the same one StaticFileHandler uses for its cache headers)
+    expected = web.StaticFileHandler.get_content_version(str(pages.STATIC_DIR / "booking.js"))
+    assert len(expected) >= 32
+    assert pages.static_asset_url(SERVICE_PREFIX, "booking.js") == (
+        f"{SERVICE_PREFIX}static/booking.js?v={expected}"
+    )
+
+
+def test_page_handlers_route_the_page_and_its_assets_under_the_prefix():
+    routes = pages.page_handlers("/lab/services/gpus/")
+    application = web.Application(routes)
+    rules = application.default_router.rules[0].target.rules
+    matches = {
+        path: next((rule for rule in rules if rule.matcher.regex.match(path)), None)
+        for path in ("/lab/services/gpus/", "/lab/services/gpus/static/booking.js", "/other/")
+    }
+    assert matches["/lab/services/gpus/"].target is pages.ReservationPageHandler
+    assert matches["/lab/services/gpus/static/booking.js"].target is web.StaticFileHandler
+    assert matches["/lab/services/gpus/static/booking.js"].target_kwargs == {"path": str(pages.STATIC_DIR)}
+    assert matches["/other/"] is None
