@@ -19,6 +19,9 @@ from .base import BaseHandler
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 STATIC_DIR = PACKAGE_DIR / "static" / "service"
 TEMPLATE_NAME = "service/reservation.html"
+#: URL path of the page's assets under the service prefix; it mirrors the package layout
+#: (``static/service/``) so an application-wide ``static_path`` serves the same files.
+ASSET_PATH = "static/service/"
 
 _templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(PACKAGE_DIR / "templates"),
@@ -30,11 +33,13 @@ _templates = jinja2.Environment(
 def static_asset_url(service_prefix: str, filename: str) -> str:
     """URL of a page asset, versioned by content hash so browsers never run a stale script."""
     version = web.StaticFileHandler.get_version({"static_path": str(STATIC_DIR)}, filename)
-    return f"{service_prefix}static/{filename}?v={version}"
+    return f"{service_prefix}{ASSET_PATH}{filename}?v={version}"
 
 
 def page_context(
     *,
+    page_title: str,
+    announcement: str,
     user_name: str,
     is_admin: bool,
     service_prefix: str,
@@ -47,6 +52,8 @@ def page_context(
     """Everything the reservation template needs; every URL derives from the two prefixes."""
     hub_static = f"{hub_prefix}static/"
     return {
+        "page_title": page_title,
+        "announcement": announcement,
         "user_name": user_name,
         "is_admin": is_admin,
         "xsrf_token": xsrf_token,
@@ -84,6 +91,8 @@ class ReservationPageHandler(BaseHandler):
         service_prefix = self.settings["service_prefix"]
         service = self.settings["service"]
         context = page_context(
+            page_title=service.page_title,
+            announcement=service.page_announcement,
             user_name=self.current_user["name"],
             is_admin=self.is_admin,
             service_prefix=service_prefix,
@@ -105,6 +114,6 @@ def page_handlers(prefix: str) -> list[tuple]:
     """Routes of the page and its assets, for the service app to add under its prefix."""
     escaped = re.escape(prefix)
     return [
-        (rf"{escaped}static/(.*)", web.StaticFileHandler, {"path": str(STATIC_DIR)}),
+        (rf"{escaped}{ASSET_PATH}(.*)", web.StaticFileHandler, {"path": str(STATIC_DIR)}),
         (escaped, ReservationPageHandler),
     ]

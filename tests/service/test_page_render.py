@@ -13,13 +13,15 @@ from jhub_gpubooking.service import pages
 HUB_PREFIX = "/lab/hub-x/"
 SERVICE_PREFIX = "/lab/services/gpus/"
 ASSET_URLS = {
-    "booking.js": f"{SERVICE_PREFIX}static/booking.js?v=abc",
-    "booking.css": f"{SERVICE_PREFIX}static/booking.css?v=def",
+    "booking.js": f"{SERVICE_PREFIX}static/service/booking.js?v=abc",
+    "booking.css": f"{SERVICE_PREFIX}static/service/booking.css?v=def",
 }
 
 
 def make_context(**overrides):
     arguments = dict(
+        page_title="GPU bookings",
+        announcement="",
         user_name="ada",
         is_admin=False,
         service_prefix=SERVICE_PREFIX,
@@ -69,6 +71,8 @@ def scan(html: str) -> PageScan:
 
 def test_page_context_builds_every_url_from_the_prefixes():
     assert make_context() == {
+        "page_title": "GPU bookings",
+        "announcement": "",
         "user_name": "ada",
         "is_admin": False,
         "xsrf_token": "2|tok|en",
@@ -81,8 +85,8 @@ def test_page_context_builds_every_url_from_the_prefixes():
         "hub_favicon_url": "/lab/hub-x/static/favicon.ico",
         "hub_bootstrap_js_url": "/lab/hub-x/static/components/bootstrap/dist/js/bootstrap.bundle.min.js",
         "hub_darkmode_js_url": "/lab/hub-x/static/js/darkmode.js",
-        "page_css_url": "/lab/services/gpus/static/booking.css?v=def",
-        "page_js_url": "/lab/services/gpus/static/booking.js?v=abc",
+        "page_css_url": "/lab/services/gpus/static/service/booking.css?v=def",
+        "page_js_url": "/lab/services/gpus/static/service/booking.js?v=abc",
         "page_config": {
             "apiUrl": "/lab/services/gpus/api/",
             "user": "ada",
@@ -105,7 +109,7 @@ def test_rendered_page_links_only_under_the_prefixes_and_carries_the_xsrf_token(
     assert json.loads(page.config_text) == make_context()["page_config"]
     # the Hub's own stylesheet and the page's script are both included
     assert "/lab/hub-x/static/css/style.min.css" in page.urls
-    assert "/lab/services/gpus/static/booking.js?v=abc" in page.urls
+    assert "/lab/services/gpus/static/service/booking.js?v=abc" in page.urls
     assert {"/lab/hub-x/home", "/lab/hub-x/logout"} <= set(page.urls)
 
 
@@ -127,9 +131,16 @@ def test_admin_section_only_for_admins():
 
 def test_user_supplied_text_is_escaped_in_html_and_in_the_config_script():
     hostile = 'x"</script><script>alert(1)</script>'
-    html = pages.render_page(make_context(user_name=hostile))
+    html = pages.render_page(make_context(user_name=hostile, announcement=hostile))
     assert "<script>alert(1)</script>" not in html
     assert json.loads(scan(html).config_text)["user"] == hostile
+
+
+def test_announcement_and_title_come_from_the_service_config():
+    html = pages.render_page(make_context(page_title="Lab GPUs", announcement="Node a1 is down today."))
+    assert "<title>Lab GPUs</title>" in html
+    assert "Node a1 is down today." in html
+    assert "gb-announcement" not in scan(pages.render_page(make_context())).ids
 
 
 def test_static_asset_url_is_versioned_by_content_hash():
@@ -137,7 +148,7 @@ def test_static_asset_url_is_versioned_by_content_hash():
     expected = web.StaticFileHandler.get_content_version(str(pages.STATIC_DIR / "booking.js"))
     assert len(expected) >= 32
     assert pages.static_asset_url(SERVICE_PREFIX, "booking.js") == (
-        f"{SERVICE_PREFIX}static/booking.js?v={expected}"
+        f"{SERVICE_PREFIX}static/service/booking.js?v={expected}"
     )
 
 
@@ -147,9 +158,10 @@ def test_page_handlers_route_the_page_and_its_assets_under_the_prefix():
     rules = application.default_router.rules[0].target.rules
     matches = {
         path: next((rule for rule in rules if rule.matcher.regex.match(path)), None)
-        for path in ("/lab/services/gpus/", "/lab/services/gpus/static/booking.js", "/other/")
+        for path in ("/lab/services/gpus/", "/lab/services/gpus/static/service/booking.js", "/other/")
     }
     assert matches["/lab/services/gpus/"].target is pages.ReservationPageHandler
-    assert matches["/lab/services/gpus/static/booking.js"].target is web.StaticFileHandler
-    assert matches["/lab/services/gpus/static/booking.js"].target_kwargs == {"path": str(pages.STATIC_DIR)}
+    asset_route = matches["/lab/services/gpus/static/service/booking.js"]
+    assert asset_route.target is web.StaticFileHandler
+    assert asset_route.target_kwargs == {"path": str(pages.STATIC_DIR)}
     assert matches["/other/"] is None
