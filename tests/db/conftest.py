@@ -1,0 +1,147 @@
+"""Fixtures of the database tests: one fresh database per test on SQLite, PostgreSQL and MariaDB.
+
+Server tests create a uniquely named database (``gpub_test_<random>``) and drop it afterwards,
+so they can run next to other test runs on the same servers. A server that cannot be reached
+skips its tests with the reason printed; the URLs can be changed through the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from jhub_gpubooking.core.clock import ManualClock
+from jhub_gpubooking.core.model import Pool
+
+SERVER_URLS = {
+    "postgresql": os.environ.get(
+        "GPUBOOKING_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    ),
+    "mysql": os.environ.get("GPUBOOKING_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
+
+#: Monday 2030-01-07 10:05 UTC: five minutes into the 10:00 slot.
+NOW = datetime(2030, 1, 7, 10, 5, tzinfo=timezone.utc)
+
+_unreachable: dict[str, str | None] = {}
+
+
+def server_unreachable(backend: str) -> str | None:
+    """Why the backend's server cannot be used (None if it can), checked once per run."""
+    if backend not in _unreachable:
+        engine = create_engine(SERVER_URLS[backend], connect_args={"connect_timeout": 3})
+        try:
+            with engine.connect():
+                _unreachable[backend] = None
+        except Exception as error:  # any driver error means "not usable here"
+            _unreachable[backend] = f"{backend} server at {SERVER_URLS[backend]} unreachable: {error}"
+        finally:
+            engine.dispose()
+    return _unreachable[backend]
+
+
+class ServerDatabase:
+    """A throw-away database on a server, created on entry and dropped on exit."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.name = f"gpub_test_{uuid.uuid4().hex[:12]}"
+        server_url = make_url(SERVER_URLS[backend])
+        self.url = server_url.set(database=self.name).render_as_string(hide_password=False)
+        self._admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+
+    def __enter__(self) -> str:
+        with self._admin.connect() as connection:
+            charset = " CHARACTER SET utf8mb4" if self.backend == "mysql" else ""
+            connection.execute(text(f"CREATE DATABASE {self.name}{charset}"))
+        return self.url
+
+    def __exit__(self, *exc_info) -> None:
+        force = " WITH (FORCE)" if self.backend == "postgresql" else ""
+        with self._admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS {self.name}{force}"))
+        self._admin.dispose()
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
+def db_url(request, tmp_path):
+    """The URL of an empty database (never upgraded) on each backend."""
+    backend = request.param
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'gpubooking.sqlite'}"
+        return
+    reason = server_unreachable(backend)
+    if reason:
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    with ServerDatabase(backend) as url:
+        yield url
+
+
+@pytest.fixture
+def migrated_url(db_url):
+    from jhub_gpubooking.db.session import upgrade
+
+    upgrade(db_url)
+    return db_url
+
+
+@pytest.fixture
+def engine(migrated_url):
+    from jhub_gpubooking.db.session import make_engine
+
+    engine = make_engine(migrated_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def clock():
+    return ManualClock(NOW)
+
+
+@pytest.fixture
+def pools():
+    """A whole-GPU pool on two nodes and a quarter-sliced pool on one node."""
+    return {
+        "a100": Pool(name="a100", nodes={"node-a": 2, "node-b": 4}),
+        "t4": Pool(name="t4", nodes={"node-c": 2}, slices_per_gpu=4, backend="hami"),
+    }
+
+
+@pytest.fixture
+def make_store(engine, pools, clock):
+    """Build a synced BookingStore on the test database (keyword overrides allowed)."""
+    from jhub_gpubooking.db.session import make_session_factory
+    from jhub_gpubooking.db.store import BookingStore
+
+    def build(**overrides):
+        options = dict(
+            session_factory=make_session_factory(engine),
+            pools=pools,
+            default_policy={},
+            group_policies={},
+            clock=clock,
+        )
+        options.update(overrides)
+        store = BookingStore(**options)
+        store.sync_pools()
+        return store
+
+    return build
+
+
+@pytest.fixture
+def store(make_store):
+    return make_store()
