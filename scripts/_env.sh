@@ -1,0 +1,82 @@
+# Shared by scripts/test and scripts/demo: install what the project needs, idempotently.
+# Sourced, not run. Defines ensure_venv SET (pins|latest) and ensure_system_tools.
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SHARED_DIR="${GPUBOOKING_SHARED_DIR:-$(dirname "$REPO_ROOT")/shared}"
+PYTHON="${PYTHON:-python3}"
+
+log() { printf '\033[1m[%s]\033[0m %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# The pins set is the z2jh hub image (JupyterHub 5.5, kubespawner 7.1, SQLAlchemy 2.0, tornado 6.5);
+# the latest set takes the newest releases. Both install this package with its test and docs extras.
+ensure_venv() {
+    local set="$1" venv="$REPO_ROOT/.venvs/$1" stamp constraints=()
+    case "$set" in
+        pins)
+            local pins="$SHARED_DIR/z2jh/hub-image-requirements.txt"
+            if [ ! -f "$pins" ]; then
+                log "cannot find the z2jh hub image pins at $pins (set GPUBOOKING_SHARED_DIR)"
+                return 1
+            fi
+            constraints=(-c "$pins")
+            ;;
+        latest) ;;
+        *) log "unknown dependency set '$set' (use pins or latest)"; return 1 ;;
+    esac
+    stamp="$(cat "$REPO_ROOT/setup.cfg" "${constraints[1]:-/dev/null}" | sha256sum | cut -c1-16)"
+    if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ]; then
+        VENV="$venv"
+        return 0
+    fi
+    log "installing the '$set' dependency set into $venv"
+    [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
+    local pip_log="$venv/pip-install.log"
+    if ! "$venv/bin/python" -m pip install -q --upgrade pip >"$pip_log" 2>&1; then
+        grep -v "is ignored" "$pip_log" >&2; return 1
+    fi
+    local upgrade=()
+    [ "$set" = latest ] && upgrade=(--upgrade --upgrade-strategy eager)
+    if ! "$venv/bin/python" -m pip install -q "${upgrade[@]}" "${constraints[@]}" \
+            -e "$REPO_ROOT[test,docs]" >"$pip_log" 2>&1; then
+        grep -v "is ignored" "$pip_log" | tail -n 40 >&2
+        return 1
+    fi
+    "$venv/bin/python" -c "import jhub_gpubooking, jupyterhub, kubespawner, sqlalchemy, tornado" || return 1
+    echo "$stamp" > "$venv/.stamp"
+    VENV="$venv"
+}
+
+# Debian's Chromium (Playwright's own browser download cannot work here) and configurable-http-proxy.
+ensure_system_tools() {
+    if [ ! -x /usr/bin/chromium ]; then
+        if [ "$(id -u)" = 0 ]; then
+            log "installing Chromium from Debian"
+            (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+                || log "could not install chromium: browser tests will be skipped"
+        else
+            log "Chromium is missing and we are not root: browser tests will be skipped"
+        fi
+    fi
+    if ! command -v configurable-http-proxy >/dev/null 2>&1; then
+        local prefix="$REPO_ROOT/.venvs/node"
+        if [ ! -x "$prefix/bin/configurable-http-proxy" ]; then
+            log "installing configurable-http-proxy from npm"
+            npm install -g --prefix "$prefix" configurable-http-proxy@5 >/dev/null 2>&1 \
+                || { log "npm could not install configurable-http-proxy"; return 1; }
+        fi
+        export PATH="$prefix/bin:$PATH"
+    fi
+}
+
+# The suite talks to the machine's PostgreSQL and MariaDB; start them if they are installed but stopped.
+ensure_databases() {
+    if command -v pg_ctlcluster >/dev/null 2>&1 && ! (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then
+        log "starting PostgreSQL"
+        pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start 2>/dev/null || true
+    fi
+    if [ -x /usr/sbin/mariadbd ] && ! (exec 3<>/dev/tcp/127.0.0.1/3306) 2>/dev/null; then
+        log "starting MariaDB"
+        start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd 2>/dev/null || true
+        sleep 3
+    fi
+}
