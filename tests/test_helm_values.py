@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 import yaml
 from jsonschema import Draft7Validator
+from kubernetes_asyncio.config import kube_config
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 from jhub_gpubooking.core.model import KNOWN_BACKENDS, Pool
+from jhub_gpubooking.core.timegrid import format_time, parse_time
 
 REPO_ROOT = Path(__file__).parents[1]
 HELM_VALUES = REPO_ROOT / "helm-values"
@@ -160,6 +162,7 @@ def run_hub_config(values: dict, monkeypatch, environ: dict[str, str]) -> Config
         service.pop("apiToken", None)
         service["api_token"] = z2jh.get_secret_value(f"hub.services.{key}.apiToken")
         c.JupyterHub.services.append(service)
+    c.KubeSpawner.profile_list = z2jh.get_config("singleuser.profileList")
     c.JupyterHub.load_roles = [
         {"name": key, **role} for key, role in z2jh.get_config("hub.loadRoles", {}).items()
     ]
@@ -264,3 +267,76 @@ def test_service_app_accepts_the_config(monkeypatch, tmp_path):
     assert service.db_url == POSTGRES_URL
     assert [pool["name"] for pool in service.pools] == [p["name"] for p in config.GPUBookingService.pools]
     assert service.admin_groups == ["gpu-admins"]
+
+
+def test_pools_translate_into_pod_resources(monkeypatch, tmp_path):
+    gpu = pytest.importorskip("jhub_gpubooking.gpu", reason="jhub_gpubooking.gpu is not written yet")
+    config = load_service_config(monkeypatch, tmp_path).GPUBookingService
+    pools = {entry["name"]: Pool.from_config(entry) for entry in config.pools}
+    for pool in pools.values():
+        gpu.check_pool_backend(pool)
+    smallest = {name: gpu.gpu_request(pool, 1 / pool.slices_per_gpu, None).resources for name, pool in pools.items()}
+    assert smallest == {
+        "a100-hami": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 10240, "nvidia.com/gpucores": 25},
+        "h100-mig": {"nvidia.com/mig-3g.40gb": 1},
+        "t4-shared": {"nvidia.com/gpu.shared": 1},
+        "l40s": {"nvidia.com/gpu": 1},
+    }
+
+
+UNUSED_KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "unused", "cluster": {"server": "https://127.0.0.1:6443"}}],
+    "users": [{"name": "unused", "user": {"token": "unused"}}],
+    "contexts": [{"name": "unused", "context": {"cluster": "unused", "user": "unused"}}],
+    "current-context": "unused",
+}
+
+
+def spawner_module():
+    if importlib.util.find_spec("jhub_gpubooking.spawner") is None:
+        pytest.skip("jhub_gpubooking.spawner is not written yet")
+    import jhub_gpubooking.spawner
+
+    return jhub_gpubooking.spawner
+
+
+def test_spawner_entry_point_is_gpubooking():
+    spawner = spawner_module()
+    from importlib.metadata import entry_points
+
+    [entry_point] = entry_points(group="jupyterhub.spawners", name="gpubooking")
+    assert entry_point.load() is spawner.GPUBookingSpawner
+
+
+async def test_spawner_recognises_the_gpu_profiles(chart, monkeypatch, tmp_path):
+    spawner = spawner_module()
+    values = merged_values(chart[0], "values.yaml", "values-sqlite-pvc.yaml")
+    hub_config = run_hub_config(values, monkeypatch, {})
+    # KubeSpawner loads a kube config when built; this test never talks to Kubernetes
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(UNUSED_KUBECONFIG))
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    gpu_spawner = spawner.GPUBookingSpawner(_mock=True, config=hub_config)
+    assert gpu_spawner.booking_api_url == "http://127.0.0.1:10101/services/gpu-booking/"
+    assert gpu_spawner.booking_api_token == booking_service(hub_config)["api_token"]
+
+    profiles = await gpu_spawner._initialized_profiles()
+    pools = {p["name"]: p for p in load_service_config(monkeypatch, tmp_path).GPUBookingService.pools}
+    now = parse_time("2026-03-02T10:05:00Z", "now")
+    quarter_a100 = {
+        "id": 7, "user": "ada", "pool": "a100-hami", "slices": 1, "state": "active",
+        "start": "2026-03-02T10:00:00Z", "end": "2026-03-02T12:00:00Z",
+    }
+    shown = spawner.chooser_profiles(
+        profiles, pools=pools, active=[quarter_a100], upcoming=[],
+        booking_page_url="/services/gpu-booking/", now=now,
+    )
+    assert sorted(shown) == ["a100-hami", "h100-mig", "l40s", "t4-shared"]
+    assert {slug: entry["enabled"] for slug, entry in shown.items()} == {
+        "a100-hami": True, "h100-mig": False, "l40s": False, "t4-shared": False,
+    }
+    assert shown["a100-hami"]["booking"] == {
+        "share": "0.25 × NVIDIA A100-SXM4-40GB", "end": format_time(parse_time("2026-03-02T12:00:00Z", "end")),
+    }
