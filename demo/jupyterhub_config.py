@@ -1,0 +1,116 @@
+# JupyterHub configuration of the jhub-gpubooking demo.
+#
+# It doubles as the example of a real installation: everything marked "demo only" is what you
+# change for a real cluster (authenticator, addresses, the simulated Kubernetes API); the rest is
+# what a real hub needs to offer GPU booking. scripts/demo starts it through demo/launch.py,
+# which sets the DEMO_* environment variables read here.
+import os
+import sys
+
+c = get_config()  # noqa: F821 (provided by JupyterHub when it loads this file)
+
+here = os.path.dirname(os.path.abspath(__file__))
+state_dir = os.path.abspath(os.environ.get("DEMO_STATE_DIR", os.path.join(here, "..", ".demo")))
+public_port = int(os.environ.get("DEMO_PORT", "8000"))
+# Internal ports derive from the public one so that two demos (or the tests) never collide,
+# and configurable-http-proxy's API port never lands on the simulated cluster's 6443.
+hub_port = int(os.environ.get("DEMO_HUB_PORT", public_port + 81))
+proxy_api_port = int(os.environ.get("DEMO_PROXY_API_PORT", public_port + 1))
+service_port = int(os.environ.get("DEMO_SERVICE_PORT", public_port + 2101))
+service_token = os.environ["DEMO_SERVICE_TOKEN"]  # generated once by launch.py, kept in state_dir
+
+# --- the Hub itself (demo only: addresses, state folder, dummy logins) ------------------------
+c.JupyterHub.bind_url = f"http://127.0.0.1:{public_port}"
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = hub_port
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{proxy_api_port}"
+c.ConfigurableHTTPProxy.pid_file = os.path.join(state_dir, "proxy.pid")
+c.JupyterHub.db_url = f"sqlite:///{os.path.join(state_dir, 'jupyterhub.sqlite')}"
+c.JupyterHub.cookie_secret_file = os.path.join(state_dir, "jupyterhub_cookie_secret")
+c.JupyterHub.pid_file = os.path.join(state_dir, "jupyterhub.pid")
+c.JupyterHub.cleanup_servers = True  # stopping the demo stops every server: no process left behind
+
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = "demo"
+c.Authenticator.allowed_users = {"alice", "bob"}
+c.Authenticator.admin_users = {"admin"}
+c.JupyterHub.load_groups = {"course": {"users": ["bob"]}}
+c.JupyterHub.allow_named_servers = True
+
+if os.environ.get("DEMO_ADMIN_TOKEN"):
+    # lets scripts drive the Hub and the booking service as the admin user
+    c.JupyterHub.api_tokens = {os.environ["DEMO_ADMIN_TOKEN"]: "admin"}
+
+# --- the GPU booking service (what a real installation adds) ----------------------------------
+service_name = "gpu-booking"
+c.JupyterHub.services = [
+    {
+        "name": service_name,
+        "display": True,  # listed in the Hub's Services menu
+        "url": f"http://127.0.0.1:{service_port}",
+        "api_token": service_token,
+        "command": [
+            sys.executable, "-m", "jhub_gpubooking.service",
+            "--config", os.path.join(here, "gpubooking_config.py"),
+            "--upgrade-db",
+        ],
+        "environment": {"DEMO_STATE_DIR": state_dir},
+        "oauth_no_confirm": True,
+    }
+]
+c.JupyterHub.load_roles = [
+    {
+        # users reach the reservation page; nothing more
+        "name": "user",
+        "scopes": ["self", f"access:services!service={service_name}"],
+    },
+    {
+        # the service reads who is who and which servers run, and may stop servers
+        "name": "gpu-booking-service",
+        "services": [service_name],
+        "scopes": ["list:users", "read:users:groups", "read:servers", "delete:servers"],
+    },
+]
+
+# --- the spawner: KubeSpawner that only gives GPUs to booked users ----------------------------
+c.JupyterHub.spawner_class = "gpubooking"
+c.GPUBookingSpawner.booking_api_url = f"http://127.0.0.1:{service_port}/services/{service_name}/"
+c.GPUBookingSpawner.booking_api_token = service_token
+c.GPUBookingSpawner.booking_service_name = service_name
+c.GPUBookingSpawner.deadline_grace_seconds = 60
+
+# Demo only: the simulated cluster runs each pod as a local process, found through KUBECONFIG.
+c.KubeSpawner.namespace = "jhub-demo"
+c.KubeSpawner.image = "quay.io/jupyter/base-notebook:latest"  # recorded in the pod; not pulled here
+c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
+c.KubeSpawner.hub_connect_url = f"http://127.0.0.1:{hub_port}"
+c.KubeSpawner.start_timeout = 90
+c.KubeSpawner.http_timeout = 60
+c.KubeSpawner.default_url = "/lab"
+c.KubeSpawner.cpu_guarantee = 0.5
+c.KubeSpawner.mem_guarantee = "1G"
+
+# An ordinary profile list: a GPU profile is one that names a pool.
+c.KubeSpawner.profile_list = [
+    {
+        "display_name": "CPU only",
+        "slug": "cpu",
+        "description": "2 CPUs, 4 GB, no GPU. Always available.",
+        "default": True,
+        "kubespawner_override": {"cpu_limit": 2, "mem_limit": "4G"},
+    },
+    {
+        "display_name": "A100 share (HAMi)",
+        "slug": "a100",
+        "description": "The A100 share you booked (a quarter, a half... or whole GPUs).",
+        "gpu_pool": "a100",
+        "kubespawner_override": {"cpu_limit": 8, "mem_limit": "32G"},
+    },
+    {
+        "display_name": "Whole L4 GPUs",
+        "slug": "l4",
+        "description": "The L4 GPUs you booked.",
+        "gpu_pool": "l4",
+        "kubespawner_override": {"cpu_limit": 8, "mem_limit": "32G"},
+    },
+]

@@ -1,0 +1,207 @@
+"""Start the demo: the simulated Kubernetes API, then a real JupyterHub with the booking service.
+
+Used by ``scripts/demo`` (foreground until Ctrl-C) and by the end-to-end tests (as a library, on free
+ports). Stopping it stops the Hub first (which stops every server, so pods are deleted and their
+processes killed), then the simulated cluster; nothing is left running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Poll ``url`` until it answers any HTTP status; fail early if ``proc`` died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[:3]} exited with status {proc.returncode} during start-up")
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except urllib.error.HTTPError:
+            return  # it answered: up
+        except OSError:
+            time.sleep(0.25)
+    raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
+
+
+def _stop_process_group(proc: subprocess.Popen | None, timeout: float) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class Demo:
+    """One demo instance: its state folder, ports and the two process groups it owns."""
+
+    state_dir: Path
+    port: int = 8000
+    k8s_port: int = 6443
+    admin_token: str | None = None
+    hub_config: Path = HERE / "jupyterhub_config.py"
+    nodes_file: Path = HERE / "nodes.yaml"
+    extra_env: dict[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None  # None: inherit the terminal
+
+    cluster: subprocess.Popen | None = None
+    hub: subprocess.Popen | None = None
+
+    @property
+    def hub_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def k8s_url(self) -> str:
+        return f"http://127.0.0.1:{self.k8s_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    def service_token(self) -> str:
+        """The booking service's API token, generated once and kept with the demo's state."""
+        path = self.state_dir / "service-token"
+        if not path.exists():
+            path.write_text(secrets.token_hex(32))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        bin_dir = str(Path(sys.executable).parent)
+        env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+        env.update(
+            KUBECONFIG=str(self.kubeconfig),
+            DEMO_STATE_DIR=str(self.state_dir),
+            DEMO_PORT=str(self.port),
+            DEMO_SERVICE_TOKEN=self.service_token(),
+        )
+        if self.admin_token:
+            env["DEMO_ADMIN_TOKEN"] = self.admin_token
+        env.update(self.extra_env)
+        return env
+
+    def _output(self, name: str):
+        if self.log_dir is None:
+            return None
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        return open(self.log_dir / f"{name}.log", "ab")
+
+    def start_cluster(self) -> None:
+        self.cluster = subprocess.Popen(
+            [
+                sys.executable, "-m", "jhub_gpubooking.devcluster",
+                "--port", str(self.k8s_port),
+                "--state", str(self.state_dir / "cluster"),
+                "--nodes", str(self.nodes_file),
+                "--write-kubeconfig", str(self.kubeconfig),
+            ],
+            env=self.env(), stdout=self._output("cluster"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_for_http(self.k8s_url + "/version", 30, self.cluster)
+
+    def start_hub(self) -> None:
+        self.hub = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(self.hub_config)],
+            cwd=self.state_dir, env=self.env(), stdout=self._output("hub"),
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        wait_for_http(self.hub_url + "/hub/api", 60, self.hub)
+        # the booking service starts with the Hub; the demo is usable once it answers
+        wait_for_http(self.hub_url + "/services/gpu-booking/api/pools", 60, self.hub)
+
+    def start(self) -> "Demo":
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.start_cluster()
+            self.start_hub()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        # the Hub first: with cleanup_servers it stops every server, deleting their pods
+        _stop_process_group(self.hub, timeout=60)
+        _stop_process_group(self.cluster, timeout=30)
+
+    def __enter__(self) -> "Demo":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state-dir", default=os.environ.get("DEMO_STATE_DIR", str(REPO / ".demo")))
+    args = parser.parse_args(argv)
+    demo = Demo(
+        state_dir=Path(args.state_dir).resolve(),
+        port=int(os.environ.get("DEMO_PORT", "8000")),
+        k8s_port=int(os.environ.get("DEMO_K8S_PORT", "6443")),
+        admin_token=os.environ.get("DEMO_ADMIN_TOKEN") or None,
+    )
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        demo.start()
+        print(
+            f"""
+  jhub-gpubooking demo is running.
+
+  Open        {demo.hub_url}/  and log in as alice, bob or admin (password: demo).
+  Book a GPU  {demo.hub_url}/services/gpu-booking/  (also in the Hub's Services menu)
+  Cluster     kubectl --kubeconfig {demo.kubeconfig} get pods -A   ({demo.k8s_url})
+  State       {demo.state_dir}
+
+  Press Ctrl-C to stop (every server and pod process is stopped with it).
+""",
+            flush=True,
+        )
+        while demo.hub.poll() is None and demo.cluster.poll() is None:
+            time.sleep(0.5)
+        print("a demo process exited on its own; stopping the rest", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping the demo...", flush=True)
+        return 0
+    finally:
+        demo.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
