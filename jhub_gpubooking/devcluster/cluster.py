@@ -1,0 +1,168 @@
+"""``DevCluster``: the simulated API server, scheduler and kubelet in one process, plus kubeconfig output.
+
+This is a *contract test of the Kubernetes API calls KubeSpawner makes*, not a cluster. Objects live in
+memory; the state directory holds only the pods' working directories and logs.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from pathlib import Path
+
+import yaml
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+
+from .api import make_app
+from .errors import ApiError
+from .kubelet import Kubelet
+from .scheduler import DEFAULT_SCHEDULER, TERMINAL_PHASES, Scheduler, admit_pod
+from .selectors import make_filter
+from .store import RESOURCES, Change, ObjectStore
+
+_EVERYTHING = make_filter("pods", None, None)
+
+
+def kubeconfig(server_url: str, token: str, namespace: str = "default", name: str = "devcluster") -> dict:
+    """An ordinary kubeconfig: one plain-http cluster, one token user, one context."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": server_url}}],
+        "users": [{"name": f"{name}-admin", "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin",
+                                                "namespace": namespace}}],
+        "current-context": name,
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(path: str | Path, server_url: str, token: str = "", namespace: str = "default") -> Path:
+    """Write a kubeconfig that ``KUBECONFIG=path`` makes kubectl and KubeSpawner's ``load_config()`` use."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(kubeconfig(server_url, token, namespace), sort_keys=False))
+    path.chmod(0o600)  # it holds a token
+    return path
+
+
+def load_nodes_file(path: str | Path) -> list[dict]:
+    """Node entries from YAML: a list, or a mapping with a ``nodes:`` list."""
+    data = yaml.safe_load(Path(path).read_text()) or []
+    return list(data.get("nodes", []) if isinstance(data, dict) else data)
+
+
+class DevCluster:
+    """Serve the simulated Kubernetes API on 127.0.0.1 with a scheduler and a process-running kubelet.
+
+    ``nodes`` are v1 Node manifests (see ``scheduler.gpu_node`` / ``scheduler.node_from_config``).
+    Use ``async with DevCluster(...) as cluster`` or ``await start()`` / ``await stop()``.
+    """
+
+    def __init__(self, state_dir: str | Path, nodes: list[dict] = (), port: int = 0, host: str = "127.0.0.1",
+                 token: str | None = None, namespaces: tuple[str, ...] = ("default",),
+                 scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,), admission_webhooks: list[str] = (),
+                 watch_history: int = 1000, max_grace_seconds: float = 3.0, bookmark_seconds: float = 5.0):
+        self.state_dir = Path(state_dir)
+        self.host = host
+        self.requested_port = port
+        self.token = token if token is not None else secrets.token_hex(16)
+        self.admission_webhooks = list(admission_webhooks)
+        self.bookmark_seconds = bookmark_seconds
+        self.store = ObjectStore(history_limit=watch_history)
+        self.store.add_admission("pods", admit_pod)
+        self.store.add_listener(self._collect_garbage)
+        self._initial_namespaces = namespaces
+        self._initial_nodes = list(nodes)
+        self._scheduler_names = scheduler_names
+        self._max_grace_seconds = max_grace_seconds
+        self.scheduler: Scheduler | None = None
+        self.kubelet: Kubelet | None = None
+        self._server: HTTPServer | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the devcluster is not started")
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> DevCluster:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.scheduler = Scheduler(self.store, self._scheduler_names)
+        self.kubelet = Kubelet(self.store, self.state_dir, max_grace_seconds=self._max_grace_seconds)
+        for namespace in ("kube-system", *self._initial_namespaces):
+            if namespace not in {ns["metadata"]["name"] for ns in self.store.objects("namespaces")}:
+                self.store.create("namespaces", None, {"metadata": {"name": namespace},
+                                                       "status": {"phase": "Active"}})
+        for node in self._initial_nodes:
+            self.store.create("nodes", None, node)
+        sockets = bind_sockets(self.requested_port, self.host, family=socket.AF_INET)
+        self.port = sockets[0].getsockname()[1]
+        self._server = HTTPServer(make_app(self), idle_connection_timeout=3600)
+        self._server.add_sockets(sockets)
+        return self
+
+    async def stop(self) -> None:
+        """Stop serving, then kill every pod's process group; no process is left behind."""
+        if self._server is not None:
+            self._server.stop()
+            await self._server.close_all_connections()
+            self._server = None
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        if self.kubelet is not None:
+            await self.kubelet.shutdown()
+
+    async def __aenter__(self) -> DevCluster:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.stop()
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        return write_kubeconfig(path, self.url, self.token, namespace)
+
+    # -- deletion semantics shared by the API and the garbage collector -----------------------
+
+    def delete(self, resource: str, namespace: str | None, name: str, grace_seconds: int | None = None) -> dict:
+        """Delete like the API server: a running pod only gets a deletionTimestamp and the kubelet
+        removes it once its process group is gone; everything else goes at once."""
+        obj = self.store.get(resource, namespace, name)
+        if resource == "pods" and obj["spec"].get("nodeName") and obj["status"].get("phase") not in TERMINAL_PHASES:
+            if grace_seconds is None:
+                grace_seconds = obj["spec"].get("terminationGracePeriodSeconds", 30)
+            return self.store.mark_deleting(resource, namespace, name, grace_seconds)
+        if resource == "namespaces":
+            self._empty_namespace(name)
+        return self.store.remove(resource, namespace, name)
+
+    def _empty_namespace(self, namespace: str) -> None:
+        for resource, (_, namespaced) in RESOURCES.items():
+            if namespaced:
+                for obj in self.store.list(resource, namespace, _EVERYTHING)[0]:
+                    self._delete_quietly(resource, namespace, obj["metadata"]["name"])
+
+    def _delete_quietly(self, resource: str, namespace: str | None, name: str) -> None:
+        try:
+            self.delete(resource, namespace, name)
+        except ApiError:
+            pass  # already gone
+
+    def _collect_garbage(self, change: Change) -> None:
+        """Objects owned by a deleted object (ownerReferences uid) are deleted too, like the
+        garbage collector does for KubeSpawner's per-pod secrets and services."""
+        if change.type != "DELETED":
+            return
+        owner_uid = change.obj["metadata"]["uid"]
+        namespace = change.obj["metadata"].get("namespace")
+        for resource, (_, namespaced) in RESOURCES.items():
+            if not namespaced or namespace is None or resource == "events":
+                continue
+            for obj in self.store.objects(resource):
+                metadata = obj["metadata"]
+                if metadata.get("namespace") == namespace and any(
+                    ref.get("uid") == owner_uid for ref in metadata.get("ownerReferences") or []
+                ):
+                    self._delete_quietly(resource, namespace, metadata["name"])
