@@ -289,7 +289,6 @@ class GPUBookingService(Application):
 
     def open_store(self):
         """Open the database, refusing a stale schema unless ``upgrade_db`` is set."""
-        from ..core.policy import Policy
         from ..db.session import check_schema, make_engine, make_session_factory, upgrade
         from ..db.store import BookingStore
 
@@ -297,14 +296,16 @@ class GPUBookingService(Application):
             upgrade(self.db_url)
         engine = make_engine(self.db_url)
         check_schema(engine)
-        return BookingStore(
+        store = BookingStore(
             make_session_factory(engine),
             self.pool_objects,
-            Policy.from_config(self.default_policy),
+            self.default_policy,
             self.group_policies,
             slot_minutes=self.slot_minutes,
             clock=self.clock,
         )
+        store.sync_pools()
+        return store
 
     def make_hub_auth(self) -> HubOAuth:
         return HubOAuth(
@@ -354,9 +355,6 @@ class GPUBookingService(Application):
             # HubOAuth checks '_xsrf' on cookie-authenticated writes itself; tornado's own
             # xsrf_cookies would also reject token-authenticated API calls
             "xsrf_cookies": False,
-            "static_path": str(Path(__file__).resolve().parent.parent / "static"),
-            "static_url_prefix": url_path_join(self.service_prefix, "static") + "/",
-            "template_path": str(Path(__file__).resolve().parent.parent / "templates"),
         }
 
     def setup(self) -> None:

@@ -132,6 +132,13 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def require_principal(self) -> Principal:
         if self.principal is None:
+            if self.request.method not in ("GET", "HEAD", "OPTIONS") and self.get_secure_cookie(
+                self.hub_auth.cookie_name
+            ):
+                # HubOAuth ignores the login cookie on writes without a matching _xsrf token
+                raise web.HTTPError(
+                    403, "This request needs the '_xsrf' token (X-XSRFToken header) of the page."
+                )
             raise web.HTTPError(
                 403, "Authentication required: log in to JupyterHub or send a Hub API token."
             )

@@ -1,0 +1,367 @@
+"""Shared fixtures: a real JupyterHub with the booking service as a hub-managed service.
+
+``start_booking_hub(...)`` (a context manager) runs ``jupyterhub`` in a subprocess with the real
+configurable-http-proxy, DummyAuthenticator (one password for everyone), a few users and groups,
+and the booking service started by the Hub itself. All ports are free ports picked by the OS;
+everything lives in a temporary directory; on exit every process the Hub started is gone.
+
+Users: ``ada`` and ``bob`` (plain users, group ``students``), ``carol`` (member of the
+``gpu-admins`` group, made a booking admin through ``admin_groups``) and ``admin`` (Hub admin).
+The service's API token is :data:`SERVICE_TOKEN` (it is the "Hub spawner" principal);
+:data:`ADMIN_SERVICE_TOKEN` belongs to a ``test-admin`` service allowed to manage Hub users and
+tokens. Fixtures:
+
+- ``booking_hub``: a module-scoped Hub whose service uses SQLite.
+- ``postgres_url`` / ``new_postgres_database``: a fresh PostgreSQL database (skips, printing the
+  reason, when the server is unreachable).
+
+A :class:`RunningHub` gives URLs and helpers: ``user_token(name)``, ``api(token)`` (an httpx
+client rooted at the service prefix) and ``login_session(name)`` (an httpx client logged in
+through the Hub's login form and the service's OAuth callback, holding the service's cookies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+PASSWORD = "correct-horse-battery"
+SERVICE_NAME = "gpu-booking"
+SERVICE_TOKEN = "gpu-booking-service-token-" + secrets.token_hex(8)
+ADMIN_SERVICE_TOKEN = "test-admin-service-token-" + secrets.token_hex(8)
+USERS = ("ada", "bob", "carol", "admin")
+GROUPS = {"students": ["ada", "bob"], "gpu-admins": ["carol"]}
+POSTGRES_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+HUB_START_TIMEOUT_SECONDS = 90
+
+#: Pools used by the test Hub's service unless a test passes its own.
+DEFAULT_TEST_POOLS = [
+    {"name": "a100", "nodes": {"node-a": 2, "node-b": 2}, "display_name": "A100 80GB"},
+    {"name": "shared", "nodes": {"node-s": 1}, "slices_per_gpu": 4, "backend": "hami"},
+]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def descendant_pids(pid: int) -> set[int]:
+    """Every live process below ``pid`` (Linux /proc), to make sure teardown leaves none."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # the command name may contain spaces and parentheses: split after the last ')'
+        fields = text[text.rindex(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    # a zombie is already dead; only its parent's wait() is missing
+    return not (status.exists() and status.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+@dataclass
+class RunningHub:
+    """A running Hub + proxy + booking service, and helpers to talk to them."""
+
+    public_url: str  # e.g. http://127.0.0.1:PORT (no path)
+    base_url: str  # the Hub's base URL path, e.g. /
+    hub_api_url: str
+    service_prefix: str
+    service_token: str
+    admin_token: str
+    directory: Path
+    process: subprocess.Popen
+    log_path: Path
+    _tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def hub_prefix(self) -> str:
+        return self.base_url + "hub/"
+
+    @property
+    def service_url(self) -> str:
+        """Absolute public URL of the service prefix (ends with '/')."""
+        return self.public_url + self.service_prefix
+
+    def user_token(self, name: str) -> str:
+        """A Hub API token of ``name`` (created once via the admin service token)."""
+        if name not in self._tokens:
+            response = httpx.post(
+                f"{self.hub_api_url}/users/{name}/tokens",
+                headers={"Authorization": f"token {self.admin_token}"},
+                json={"note": "booking service tests"},
+            )
+            response.raise_for_status()
+            self._tokens[name] = response.json()["token"]
+        return self._tokens[name]
+
+    def api(self, token: str | None = None) -> httpx.Client:
+        """An httpx client rooted at the service prefix, authenticated with ``token`` if given."""
+        headers = {"Authorization": f"token {token}"} if token else {}
+        return httpx.Client(base_url=self.service_url, headers=headers, timeout=30)
+
+    def login_session(self, name: str) -> httpx.Client:
+        """A browser-like client logged in as ``name`` through the Hub and the service's OAuth.
+
+        It logs in at the Hub's login form, then opens the service page, following the
+        redirects to the Hub's authorize endpoint and back to ``oauth_callback``. The client
+        keeps the service's OAuth and ``_xsrf`` cookies; see :func:`xsrf_headers`.
+        """
+        client = httpx.Client(base_url=self.service_url, timeout=30, follow_redirects=True)
+        login_url = f"{self.public_url}{self.hub_prefix}login"
+        form = client.get(login_url)
+        form.raise_for_status()
+        match = re.search(r'name="_xsrf"\s+value="([^"]+)"', form.text)
+        data = {"username": name, "password": PASSWORD}
+        if match:
+            data["_xsrf"] = match.group(1)
+        # don't follow the Hub's redirect to /hub/spawn: no single-user server is wanted here
+        login = client.post(login_url, data=data, follow_redirects=False)
+        if login.status_code != 302:
+            raise RuntimeError(f"Hub login of {name} failed: {login.status_code} {login.text[:200]}")
+        page = client.get(self.service_url)
+        page.raise_for_status()
+        # HubOAuth names its cookie after the OAuth client id: service-<service name>
+        if not any(cookie.name == f"service-{SERVICE_NAME}" for cookie in client.cookies.jar):
+            raise RuntimeError(f"OAuth login of {name} to the service set no cookie")
+        return client
+
+    def xsrf_headers(self, client: httpx.Client) -> dict[str, str]:
+        """The header carrying the service's ``_xsrf`` cookie value, for cookie-authenticated writes."""
+        for cookie in client.cookies.jar:
+            if cookie.name == "_xsrf" and cookie.path.rstrip("/") == self.service_prefix.rstrip("/"):
+                return {"X-XSRFToken": cookie.value}
+        raise RuntimeError("the service set no _xsrf cookie")
+
+    def service_log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def hub_config(
+    *,
+    directory: Path,
+    public_port: int,
+    hub_port: int,
+    proxy_api_port: int,
+    service_port: int,
+    service_config_path: Path,
+) -> str:
+    """The jupyterhub_config.py of the test Hub (documents the service's Hub-side setup)."""
+    service_command = [sys.executable, "-m", "jhub_gpubooking.service", "--config",
+                       str(service_config_path), "--upgrade-db"]
+    return textwrap.dedent(f"""
+        c.JupyterHub.ip = "127.0.0.1"
+        c.JupyterHub.port = {public_port}
+        c.JupyterHub.hub_ip = "127.0.0.1"
+        c.JupyterHub.hub_port = {hub_port}
+        c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+        c.ConfigurableHTTPProxy.pid_file = {str(directory / "proxy.pid")!r}
+        c.JupyterHub.db_url = {"sqlite:///" + str(directory / "hub.sqlite")!r}
+        c.JupyterHub.cookie_secret_file = {str(directory / "hub_cookie_secret")!r}
+        c.JupyterHub.authenticator_class = "dummy"
+        c.DummyAuthenticator.password = {PASSWORD!r}
+        c.Authenticator.allowed_users = {set(USERS)!r}
+        c.Authenticator.admin_users = {{"admin"}}
+        c.JupyterHub.load_groups = {json.dumps({g: {"users": u} for g, u in GROUPS.items()})}
+        c.JupyterHub.services = [
+            {{
+                "name": {SERVICE_NAME!r},
+                "url": "http://127.0.0.1:{service_port}",
+                "command": {service_command!r},
+                "api_token": {SERVICE_TOKEN!r},
+                "oauth_no_confirm": True,
+                # the OAuth token must show the user's groups (admin_groups, group policies)
+                "oauth_client_allowed_scopes": ["read:users:groups!user"],
+            }},
+            {{"name": "test-admin", "api_token": {ADMIN_SERVICE_TOKEN!r}}},
+        ]
+        c.JupyterHub.load_roles = [
+            {{"name": "user", "scopes": ["self", "access:services!service={SERVICE_NAME}"]}},
+            {{
+                "name": "gpu-booking-service",
+                "services": [{SERVICE_NAME!r}],
+                "scopes": ["list:users", "read:users", "read:users:groups", "read:servers",
+                           "delete:servers"],
+            }},
+            {{
+                "name": "test-admin",
+                "services": ["test-admin"],
+                "scopes": ["admin:users", "admin:groups", "tokens", "admin:servers"],
+            }},
+        ]
+    """)
+
+
+def service_config(db_url: str, pools: list[dict], extra: str = "") -> str:
+    return textwrap.dedent(f"""
+        c.GPUBookingService.db_url = {db_url!r}
+        c.GPUBookingService.pools = {pools!r}
+        c.GPUBookingService.admin_groups = ["gpu-admins"]
+        c.GPUBookingService.default_policy = {{"max_days_ahead": 60}}
+    """) + textwrap.dedent(extra)
+
+
+def wait_until_ready(hub: RunningHub) -> None:
+    """Until the service answers through the proxy (so Hub, proxy and service are all up)."""
+    deadline = time.monotonic() + HUB_START_TIMEOUT_SECONDS
+    last_error = ""
+    while time.monotonic() < deadline:
+        if hub.process.poll() is not None:
+            break
+        try:
+            response = httpx.get(
+                hub.service_url + "api/pools",
+                headers={"Authorization": f"token {hub.service_token}"},
+                timeout=5,
+            )
+            if response.status_code == 200:
+                return
+            last_error = f"{response.status_code} {response.text[:200]}"
+        except httpx.HTTPError as error:
+            last_error = repr(error)
+        time.sleep(0.25)
+    raise RuntimeError(
+        f"JupyterHub with the booking service did not become ready ({last_error}); "
+        f"log:\n{hub.service_log()[-4000:]}"
+    )
+
+
+def stop_hub(process: subprocess.Popen) -> None:
+    """SIGTERM the Hub (it stops the proxy and its services), then make sure all are gone."""
+    started = descendant_pids(process.pid)
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in started):
+        time.sleep(0.1)
+    for pid in started:
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def start_booking_hub(
+    directory: Path,
+    db_url: str | None = None,
+    pools: list[dict] | None = None,
+    extra_service_config: str = "",
+) -> Iterator[RunningHub]:
+    """Run a Hub + proxy + booking service in ``directory``; stop everything on exit."""
+    directory.mkdir(parents=True, exist_ok=True)
+    db_url = db_url or "sqlite:///" + str(directory / "bookings.sqlite")
+    ports = dict(public_port=free_port(), hub_port=free_port(), proxy_api_port=free_port(),
+                 service_port=free_port())
+    config_path = directory / "gpubooking_service_config.py"
+    config_path.write_text(service_config(db_url, pools or DEFAULT_TEST_POOLS, extra_service_config))
+    (directory / "jupyterhub_config.py").write_text(
+        hub_config(directory=directory, service_config_path=config_path, **ports)
+    )
+    log_path = directory / "jupyterhub.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(directory / "jupyterhub_config.py")],
+            cwd=directory,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    hub = RunningHub(
+        public_url=f"http://127.0.0.1:{ports['public_port']}",
+        base_url="/",
+        hub_api_url=f"http://127.0.0.1:{ports['public_port']}/hub/api",
+        service_prefix=f"/services/{SERVICE_NAME}/",
+        service_token=SERVICE_TOKEN,
+        admin_token=ADMIN_SERVICE_TOKEN,
+        directory=directory,
+        process=process,
+        log_path=log_path,
+    )
+    try:
+        wait_until_ready(hub)
+        yield hub
+    finally:
+        stop_hub(process)
+
+
+@pytest.fixture(scope="module")
+def booking_hub(tmp_path_factory) -> Iterator[RunningHub]:
+    """A Hub with the booking service on SQLite, shared by the tests of one module."""
+    with start_booking_hub(tmp_path_factory.mktemp("hub")) as hub:
+        yield hub
+
+
+def postgres_reachable() -> str | None:
+    """None if PostgreSQL answers, else the reason it does not."""
+    try:
+        import psycopg
+
+        with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3):
+            return None
+    except Exception as error:  # any failure means: skip, and say why
+        return f"PostgreSQL on 127.0.0.1:5432 is unreachable: {error}"
+
+
+@contextlib.contextmanager
+def new_postgres_database() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database (dropped afterwards); yields its SQLAlchemy URL."""
+    import psycopg
+
+    name = "gpubooking_" + secrets.token_hex(6)
+    admin = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield POSTGRES_SERVER_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(admin, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database URL; skips (printing why) when the server is unreachable."""
+    reason = postgres_reachable()
+    if reason:
+        print(reason)
+        pytest.skip(reason)
+    with new_postgres_database() as url:
+        yield url
