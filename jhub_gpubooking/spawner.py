@@ -1,0 +1,536 @@
+"""GPUBookingSpawner: a thin KubeSpawner that starts GPU profiles only on a booked share.
+
+Admins keep their ordinary ``profile_list``; a profile becomes a GPU profile by naming a
+booking pool (``"gpu_pool": "a100"``). At every start :meth:`load_user_options` asks the
+booking service for the user's active booking in that pool, claims it for this server and
+merges the booked share into KubeSpawner's pod traits. The form never decides: it only shows
+what the server will check again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
+from jupyterhub.utils import maybe_future, url_path_join
+from kubespawner import KubeSpawner
+from tornado import web
+from traitlets import Callable, Dict, Float, Integer, Unicode, Union, default
+
+from .client import BookingClient, BookingRefused, BookingServiceUnavailable
+from .core.clock import SystemClock
+from .core.model import Booking, Placement, Pool, format_amount
+from .core.timegrid import format_time, parse_time
+from .gpu import booking_pod_settings
+
+try:  # JupyterHub >= 6 has a dedicated exception for refused spawns
+    from jupyterhub.spawner import SpawnException
+except ImportError:  # JupyterHub 5.x
+    SpawnException = None
+
+SERVICE_UNAVAILABLE_MESSAGE = (
+    "The GPU booking service cannot be reached, so GPU servers cannot start right now; "
+    "CPU profiles still work."
+)
+
+#: Keys of the service's pool JSON that describe the pool itself (the rest is derived).
+_POOL_KEYS = (
+    "name", "nodes", "slices_per_gpu", "display_name", "gpu_model", "gpu_memory_mib",
+    "backend", "gpu_uuids", "node_selector", "resource_name", "description",
+)
+
+#: Key under which the claimed booking id survives Hub restarts in the spawner state.
+_STATE_KEY = "gpu_booking_id"
+
+
+def booking_refusal(message: str, *, reason: str, status_code: int = 403) -> web.HTTPError:
+    """The exception that shows ``message`` to the user on JupyterHub 5.5 and 6.x alike.
+
+    Both versions show ``jupyterhub_message`` on the spawn-pending page, in the progress
+    stream ("Spawn failed: …") and in the REST API error; 6.x also reads ``message`` and
+    counts a SpawnException as a refusal rather than a Hub error.
+    """
+    if SpawnException is not None:
+        error = SpawnException(message, reason=reason, status_code=status_code)
+    else:
+        # HTTPError formats log_message with %, so literal percent signs must be doubled
+        error = web.HTTPError(status_code, message.replace("%", "%%"))
+    error.jupyterhub_message = message
+    return error
+
+
+def pool_from_json(data: dict) -> Pool:
+    """A core Pool from the service's ``GET api/pools`` entry."""
+    return Pool.from_config({key: data[key] for key in _POOL_KEYS if data.get(key) is not None})
+
+
+def booking_from_json(data: dict, pool: Pool) -> Booking:
+    """A core Booking from the service's JSON; the amount comes from exact slices."""
+    placement = data.get("placement")
+    return Booking(
+        id=data["id"],
+        user=data["user"],
+        pool=data["pool"],
+        amount=pool.slices_to_amount(data["slices"]),
+        start=parse_time(data["start"], "start"),
+        end=parse_time(data["end"], "end"),
+        placement=Placement(
+            node=placement["node"], gpus=tuple(placement["gpus"]), slices=placement["slices"]
+        )
+        if placement
+        else None,
+        note=data.get("note", ""),
+        server=data.get("server"),
+    )
+
+
+def gpu_label(pool: dict) -> str:
+    """What users call the pool's GPU: its model ("A100") or else the pool's name."""
+    return pool.get("gpu_model") or pool.get("display_name") or pool["name"]
+
+
+def share_text(booking: dict, pool: dict) -> str:
+    """'0.5 × A100' for a booking, from its exact slice count."""
+    amount = Fraction(booking["slices"], pool.get("slices_per_gpu") or 1)
+    return f"{format_amount(amount)} × {gpu_label(pool)}"
+
+
+def server_text(server: str) -> str:
+    return "your default server" if server == "" else f"server '{server}'"
+
+
+def current_bookings(bookings: list[dict], pool_name: str, now: datetime) -> list[dict]:
+    """Bookings of ``pool_name`` that are active at ``now`` (the service is asked, then checked)."""
+    return [
+        booking
+        for booking in bookings
+        if booking.get("pool") == pool_name
+        and booking.get("state", "active") == "active"
+        and parse_time(booking["start"], "start") <= now < parse_time(booking["end"], "end")
+    ]
+
+
+def claim_order(bookings: list[dict], server: str) -> list[dict]:
+    """Try the booking this server already holds, then unused ones, then ones held elsewhere."""
+
+    def preference(booking: dict) -> tuple:
+        holder = booking.get("server")
+        rank = 0 if holder == server else 1 if holder is None else 2
+        return (rank, booking["start"], booking["id"])
+
+    return sorted(bookings, key=preference)
+
+
+def chooser_profiles(
+    profiles: list[dict],
+    *,
+    pools: dict[str, dict] | None,
+    active: list[dict],
+    upcoming: list[dict],
+    booking_page_url: str,
+    now: datetime,
+) -> dict[str, dict]:
+    """Per GPU profile slug, what the chooser shows; ``pools`` None means the service is down.
+
+    CPU profiles get no entry, so the template leaves them exactly as KubeSpawner shows them.
+    """
+    shown = {}
+    for profile in profiles:
+        pool_name = profile.get("gpu_pool")
+        if not pool_name:
+            continue
+        entry = {
+            "pool": pool_name,
+            "label": pool_name,
+            "enabled": False,
+            "booking": None,
+            "upcoming": None,
+            "note": SERVICE_UNAVAILABLE_MESSAGE,
+            "booking_page_url": booking_page_url,
+        }
+        shown[profile["slug"]] = entry
+        if pools is None:
+            continue
+        pool = pools.get(pool_name)
+        if pool is None:
+            entry["note"] = f"The GPU pool '{pool_name}' is not offered by the booking service."
+            continue
+        entry["label"] = gpu_label(pool)
+        booked = current_bookings(active, pool_name, now)
+        if booked:
+            booking = max(booked, key=lambda b: b["end"])
+            entry.update(
+                enabled=True,
+                note="",
+                booking={"share": share_text(booking, pool), "end": booking["end"]},
+            )
+            continue
+        entry["note"] = f"You have no active {entry['label']} booking right now."
+        later = sorted(
+            (b for b in upcoming if b.get("pool") == pool_name and b["start"] > format_time(now)),
+            key=lambda b: b["start"],
+        )
+        if later:
+            entry["upcoming"] = {"share": share_text(later[0], pool), "start": later[0]["start"]}
+    return shown
+
+
+def checked_profile(profiles: list[dict], gpu: dict[str, dict], saved: str | None) -> str | None:
+    """The radio button to pre-select: the saved or default profile, if it can start."""
+
+    def startable(profile: dict) -> bool:
+        return gpu.get(profile["slug"], {"enabled": True})["enabled"]
+
+    for wanted in (
+        [p for p in profiles if p["slug"] == saved],
+        [p for p in profiles if p.get("default")],
+        profiles,
+    ):
+        for profile in wanted:
+            if startable(profile):
+                return profile["slug"]
+    return None
+
+
+class GPUBookingSpawner(KubeSpawner):
+    """KubeSpawner whose GPU profiles start only on the user's active booking."""
+
+    booking_api_url = Unicode(
+        "",
+        config=True,
+        help="""
+        Base URL of the booking service's REST API as the Hub reaches it, ending in the
+        service prefix, e.g. ``http://127.0.0.1:10101/services/gpu-booking/``.
+        When empty, GPU profiles are refused (the booking cannot be checked).
+        """,
+    )
+    booking_api_token = Unicode(
+        "",
+        config=True,
+        help="""
+        API token sent to the booking service; use the service's own JupyterHub API token
+        (or one of a service listed in ``GPUBookingService.spawner_services``), which may read
+        every user's active bookings and claim them for servers.
+        """,
+    )
+    booking_service_name = Unicode(
+        "gpu-booking",
+        config=True,
+        help="Name of the Hub-managed booking service, used to link to its reservation page.",
+    )
+    booking_page_url = Unicode(
+        config=True,
+        help="""
+        URL of the reservation page linked from the server chooser. Defaults to the
+        service's page under the Hub's base URL (``<base_url>services/<booking_service_name>/``).
+        """,
+    )
+    booking_request_timeout = Float(
+        5.0,
+        config=True,
+        help="Seconds a whole request to the booking service may take before GPU starts are refused.",
+    )
+    booking_connect_timeout = Float(
+        2.0,
+        config=True,
+        help="Seconds to wait for a connection to the booking service before GPU starts are refused.",
+    )
+    deadline_grace_seconds = Integer(
+        120,
+        config=True,
+        help="""
+        Seconds a GPU pod may outlive its booking's end before Kubernetes stops it
+        (``activeDeadlineSeconds`` is the time left in the booking plus this grace).
+        """,
+    )
+    booked_priority_class_name = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="""
+        PriorityClass given to pods running on a booking, so booked pods can preempt
+        opportunistic ones. None keeps KubeSpawner's ``priority_class_name``.
+        """,
+    )
+    gpu_backends = Dict(
+        value_trait=Union([Callable(), Unicode()]),
+        config=True,
+        help="""
+        Extra or replacement GPU sharing backends: backend name -> translation function, or its
+        import path ``"module:function"``. Each function turns a pool and a booking into pod
+        settings, like the built-in ones in ``jhub_gpubooking.gpu``.
+        """,
+    )
+
+    @default("booking_page_url")
+    def _booking_page_url_default(self) -> str:
+        # Like JupyterHub's own JUPYTERHUB_BASE_URL: the Hub prefix minus its trailing "hub/"
+        base_url = self.hub.base_url[: -len("hub/")] if self.hub else "/"
+        return url_path_join(base_url, "services", self.booking_service_name) + "/"
+
+    @default("options_form")
+    def _options_form_default(self):
+        # Bookings change all the time, so the chooser is always rendered per request.
+        return self._render_booking_chooser if self.profile_list else ""
+
+    def _booking_client(self) -> BookingClient:
+        return BookingClient(
+            self.booking_api_url,
+            self.booking_api_token,
+            request_timeout=self.booking_request_timeout,
+            connect_timeout=self.booking_connect_timeout,
+        )
+
+    async def _initialized_profiles(self) -> list[dict]:
+        """The configured profile_list (list, dict or possibly-async callable), evaluated once."""
+        profiles = self._sorted_dict_values(self.profile_list)
+        if callable(profiles):
+            profiles = await maybe_future(profiles(self))
+        return self._get_initialized_profile_list(self._sorted_dict_values(profiles))
+
+    async def _pools_and_bookings(self, *, with_upcoming: bool):
+        """Pools by name and the user's active (and upcoming) bookings, as the service sees them."""
+        client = self._booking_client()
+        if not self.booking_api_url:
+            raise BookingServiceUnavailable("GPUBookingSpawner.booking_api_url is not set")
+        requests = [client.pools(), client.active_bookings(self.user.name)]
+        if with_upcoming:
+            requests.append(client.upcoming_bookings(self.user.name))
+        try:
+            pools, active, *upcoming = await asyncio.gather(*requests)
+        except BookingRefused as refused:
+            # a refused read means a wrong token or URL: an operator problem, not the user's
+            raise BookingServiceUnavailable(f"booking service refused: {refused}") from refused
+        return {pool["name"]: pool for pool in pools}, active, upcoming[0] if upcoming else []
+
+    # ---------------------------------------------------------------- the chooser
+
+    async def _render_booking_chooser(self, spawner: "GPUBookingSpawner") -> str:
+        profiles = await self._initialized_profiles()
+        if not profiles:
+            return ""
+        now = SystemClock().now()
+        pools, active, upcoming = None, [], []
+        if any(profile.get("gpu_pool") for profile in profiles):
+            try:
+                pools, active, upcoming = await self._pools_and_bookings(with_upcoming=True)
+            except BookingServiceUnavailable as error:
+                self.log.warning("Chooser for %s without bookings: %s", self._log_name, error)
+        gpu = chooser_profiles(
+            profiles,
+            pools=pools,
+            active=active,
+            upcoming=upcoming,
+            booking_page_url=self.booking_page_url,
+            now=now,
+        )
+        saved = (self.user_options or {}).get("profile")
+        return self._chooser_template().render(
+            profile_list=profiles,
+            user_options=self.user_options or {},
+            gpu=gpu,
+            checked=checked_profile(profiles, gpu, saved),
+        )
+
+    def _chooser_template(self):
+        # Admin templates first (KubeSpawner's convention), then ours, then KubeSpawner's
+        # for the shared style.css.
+        environment = Environment(
+            loader=ChoiceLoader(
+                [
+                    FileSystemLoader(self.additional_profile_form_template_paths),
+                    PackageLoader("jhub_gpubooking", "templates/spawner"),
+                    PackageLoader("kubespawner", "templates"),
+                ]
+            ),
+            autoescape=True,
+        )
+        # keep the admin's profile order when templates use |tojson
+        environment.policies["json.dumps_kwargs"] = {"sort_keys": False}
+        if self.profile_form_template:
+            return environment.from_string(self.profile_form_template)
+        return environment.get_template("form.html")
+
+    # ---------------------------------------------------------------- the server decides
+
+    async def load_user_options(self) -> None:
+        """Apply the chosen profile, after claiming the user's booking for a GPU profile.
+
+        Runs at every start (form, REST API, restart with saved options), before any pod
+        exists. All I/O happens before KubeSpawner applies overrides, whose callables are
+        synchronous.
+        """
+        self._booking_refusal_message = None
+        try:
+            profiles = await self._initialized_profiles()
+            if not profiles:
+                await super().load_user_options()
+                return
+            profile = self._chosen_profile(profiles)
+            pool_name = profile.get("gpu_pool")
+            claimed = await self._claim_booking(pool_name) if pool_name else None
+        except web.HTTPError as refusal:
+            self._booking_refusal_message = getattr(refusal, "jupyterhub_message", None)
+            raise
+        try:
+            self._load_profile(profile["slug"], profiles)
+            if claimed:
+                self._apply_booking(*claimed)
+        except Exception:
+            # the pod will not start on this booking: give it back at once
+            await self._release_claim()
+            raise
+
+    def _chosen_profile(self, profiles: list[dict]) -> dict:
+        slug = (self.user_options or {}).get("profile")
+        if slug and slug not in {profile["slug"] for profile in profiles}:
+            raise booking_refusal(
+                f"There is no server option called '{slug}'; choose one on the start page.",
+                reason="unknown_profile",
+                status_code=400,
+            )
+        try:
+            # KubeSpawner's own checks of profile_options (unlisted choices, regexes)
+            self._validate_user_options(profiles)
+        except ValueError as invalid:
+            raise booking_refusal(str(invalid), reason="invalid_options", status_code=400)
+        return self._get_profile(slug, profiles)
+
+    async def _claim_booking(self, pool_name: str) -> tuple[Pool, Booking]:
+        """Claim the user's active booking in ``pool_name`` for this server, or refuse."""
+        try:
+            pools, active, _ = await self._pools_and_bookings(with_upcoming=False)
+        except BookingServiceUnavailable as error:
+            self.log.error("GPU start of %s refused, service down: %s", self._log_name, error)
+            raise booking_refusal(
+                SERVICE_UNAVAILABLE_MESSAGE, reason="gpu_booking_unavailable", status_code=503
+            )
+        pool = pools.get(pool_name)
+        if pool is None:
+            raise booking_refusal(
+                f"The GPU pool '{pool_name}' of this server option is not offered by the "
+                "booking service; please tell your JupyterHub administrator.",
+                reason="gpu_pool_unknown",
+            )
+        candidates = claim_order(
+            current_bookings(active, pool_name, SystemClock().now()), self.name
+        )
+        if not candidates:
+            raise booking_refusal(
+                f"You have no active {gpu_label(pool)} booking right now; book one at "
+                f"{self.booking_page_url} and start again.",
+                reason="gpu_not_booked",
+            )
+        first_conflict = None
+        client = self._booking_client()
+        for candidate in candidates:
+            try:
+                claimed = await client.claim(candidate["id"], self.name)
+            except BookingServiceUnavailable as error:
+                self.log.error("Claim for %s failed, service down: %s", self._log_name, error)
+                raise booking_refusal(
+                    SERVICE_UNAVAILABLE_MESSAGE,
+                    reason="gpu_booking_unavailable",
+                    status_code=503,
+                )
+            except BookingRefused as refused:
+                if refused.status != 409:
+                    raise booking_refusal(refused.message, reason="gpu_claim_refused")
+                first_conflict = first_conflict or (candidate, refused)
+                continue
+            self._claimed_booking_id = claimed["id"]
+            return pool_from_json(pool), booking_from_json(claimed, pool_from_json(pool))
+        candidate, refused = first_conflict
+        holder = candidate.get("server")
+        raise booking_refusal(
+            f"Your {gpu_label(pool)} booking is already used by {server_text(holder)}."
+            if holder is not None
+            else refused.message,
+            reason="gpu_booking_in_use",
+            status_code=409,
+        )
+
+    def _apply_booking(self, pool: Pool, booking: Booking) -> None:
+        """Merge the booked share into the traits KubeSpawner builds the pod from."""
+        settings = booking_pod_settings(
+            pool,
+            booking,
+            now=SystemClock().now(),
+            grace_seconds=self.deadline_grace_seconds,
+            priority_class_name=self.booked_priority_class_name,
+            backends=self.gpu_backends,
+        )
+        settings.apply_to(self)
+        self.log.info(
+            "%s starts on booking %s: %s of pool %s on node %s",
+            self._log_name,
+            booking.id,
+            format_amount(booking.amount),
+            pool.name,
+            booking.placement.node if booking.placement else "?",
+        )
+
+    # ---------------------------------------------------------------- lifecycle
+
+    _claimed_booking_id: int | None = None
+    _booking_refusal_message: str | None = None
+    _release_task: asyncio.Future | None = None
+
+    def start(self):
+        start_future = super().start()
+        start_future.add_done_callback(self._release_after_failed_start)
+        return start_future
+
+    def _release_after_failed_start(self, start_future: asyncio.Future) -> None:
+        # The Hub only calls stop() on a failed start if a pod is running, so give the
+        # booking back here as well.
+        if not start_future.cancelled() and start_future.exception() is None:
+            return
+        if self._claimed_booking_id is not None:
+            self._release_task = asyncio.ensure_future(self._release_claim())
+
+    async def stop(self, now: bool = False) -> None:
+        try:
+            await super().stop(now=now)
+        finally:
+            await self._release_claim()
+
+    async def _release_claim(self) -> None:
+        """Give the claimed booking back (best effort: the service also expires stale claims)."""
+        booking_id, self._claimed_booking_id = self._claimed_booking_id, None
+        if booking_id is None:
+            return
+        try:
+            await self._booking_client().release(booking_id, self.name)
+        except (BookingServiceUnavailable, BookingRefused) as error:
+            self.log.warning(
+                "Could not release booking %s of %s: %s", booking_id, self._log_name, error
+            )
+
+    async def progress(self):
+        async for event in super().progress():
+            yield event
+        if self._start_future is not None and not self._start_future.done():
+            # without pod events KubeSpawner's progress ends at once; wait for the verdict
+            await asyncio.wait([self._start_future])
+        if self._booking_refusal_message:
+            yield {"progress": 100, "failed": True, "message": self._booking_refusal_message}
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        if self._claimed_booking_id is not None:
+            state[_STATE_KEY] = self._claimed_booking_id
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self._claimed_booking_id = state.get(_STATE_KEY, self._claimed_booking_id)
+
+    def clear_state(self) -> None:
+        # a claim left by a pod that ended on its own is stale; the service lets the next
+        # server take it once the Hub reports this one stopped
+        super().clear_state()
+        self._claimed_booking_id = None

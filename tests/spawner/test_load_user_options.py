@@ -1,0 +1,290 @@
+"""load_user_options decides at every start: crafted user_options against a fake service."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from jupyterhub.utils import format_exception
+from tornado import web
+
+from jhub_gpubooking.core.timegrid import parse_time
+from jhub_gpubooking.spawner import SERVICE_UNAVAILABLE_MESSAGE
+
+
+async def refusal_of(spawner) -> web.HTTPError:
+    with pytest.raises(web.HTTPError) as raised:
+        await spawner.load_user_options()
+    return raised.value
+
+
+def shown_message(error: web.HTTPError) -> str:
+    """What the Hub shows in the progress stream and on the spawn-pending page."""
+    message, _html = format_exception(error)
+    return message
+
+
+def has_gpu(spawner) -> bool:
+    return any(key.startswith("nvidia.com/") for key in spawner.extra_resource_limits)
+
+
+async def test_unknown_profile_is_refused(make_spawner, booking_service):
+    spawner = make_spawner({"profile": "h100-huge"})
+    error = await refusal_of(spawner)
+    assert error.status_code == 400
+    assert shown_message(error) == (
+        "There is no server option called 'h100-huge'; choose one on the start page."
+    )
+    assert booking_service.requests == []
+
+
+async def test_gpu_profile_without_booking_is_refused(make_spawner, booking_service):
+    spawner = make_spawner({"profile": "a100"})
+    error = await refusal_of(spawner)
+    assert error.status_code == 403
+    assert shown_message(error) == (
+        "You have no active A100 booking right now; book one at "
+        "/lab/services/gpu-booking/ and start again."
+    )
+    assert booking_service.claims == []
+    assert not has_gpu(spawner)
+
+
+async def test_booking_for_another_pool_does_not_count(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(3, pool="t4", slices=1, node="t4-node", gpus=(0,))]
+    error = await refusal_of(make_spawner({"profile": "a100"}))
+    assert "no active A100 booking" in shown_message(error)
+    assert booking_service.claims == []
+
+
+async def test_booking_that_ended_a_second_ago_is_refused(make_spawner, booking_service, make_booking):
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    # the service still lists it (its clock lags); the spawner checks the end itself
+    ended = make_booking(4, start=now - timedelta(hours=2), end=now - timedelta(seconds=1))
+    ended["state"] = "active"
+    booking_service.active = [ended]
+    error = await refusal_of(make_spawner({"profile": "a100"}))
+    assert "no active A100 booking" in shown_message(error)
+    assert booking_service.claims == []
+
+
+async def test_booking_used_by_another_server_is_refused(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(5, server="training")]
+    error = await refusal_of(make_spawner({"profile": "a100"}, server_name="notebook"))
+    assert error.status_code == 409
+    assert shown_message(error) == "Your A100 booking is already used by server 'training'."
+    assert booking_service.claims == [
+        ("/services/gpu-booking/api/bookings/5/claim", {"server": "notebook"})
+    ]
+
+
+async def test_booking_used_by_the_default_server_names_it(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(5, server="")]
+    error = await refusal_of(make_spawner({"profile": "a100"}, server_name="second"))
+    assert shown_message(error) == "Your A100 booking is already used by your default server."
+
+
+async def test_restart_with_saved_options_after_booking_is_gone(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(6)]
+    spawner = make_spawner({"profile": "a100", "image": "tf"})
+    await spawner.load_user_options()
+    assert booking_service.active[0]["server"] == ""
+
+    # the booking was cancelled; the Hub restarts the same server with the saved options
+    booking_service.active = []
+    restarted = make_spawner(spawner.user_options)
+    error = await refusal_of(restarted)
+    assert "no active A100 booking" in shown_message(error)
+    assert not has_gpu(restarted)
+
+
+async def test_closed_port_refuses_gpu_profiles(make_spawner, closed_port_url):
+    error = await refusal_of(make_spawner({"profile": "a100"}, api_url=closed_port_url))
+    assert error.status_code == 503
+    assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
+
+
+async def test_hanging_service_times_out_and_refuses(make_spawner, hanging_url):
+    spawner = make_spawner(
+        {"profile": "a100"}, api_url=hanging_url, booking_request_timeout=0.5
+    )
+    error = await refusal_of(spawner)
+    assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
+
+
+async def test_server_errors_count_as_unreachable(make_spawner, booking_service):
+    booking_service.pools = None  # the fake then fails with a 500
+    error = await refusal_of(make_spawner({"profile": "a100"}))
+    assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
+
+
+async def test_wrong_token_is_an_operator_problem_not_a_user_one(make_spawner, booking_service):
+    error = await refusal_of(make_spawner({"profile": "a100"}, booking_api_token="stale"))
+    assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
+
+
+async def test_cpu_profile_starts_while_service_is_down(make_spawner, closed_port_url):
+    spawner = make_spawner({"profile": "cpu"}, api_url=closed_port_url)
+    await spawner.load_user_options()
+    assert spawner.cpu_limit == 2.0
+    assert spawner.extra_labels == {"size": "small"}
+    assert spawner.extra_resource_limits == {}
+    assert "activeDeadlineSeconds" not in spawner.extra_pod_config
+
+
+async def test_booked_share_lands_exactly_in_the_pod_traits(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(11)]
+    spawner = make_spawner(
+        {"profile": "a100", "image": "tf", "gpus": 4, "pool": "t4"},  # extra keys are ignored
+        server_name="gpu",
+        deadline_grace_seconds=300,
+        booked_priority_class_name="gpu-booked",
+    )
+    before = datetime.now(timezone.utc)
+    await spawner.load_user_options()
+    after = datetime.now(timezone.utc)
+
+    share = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "40960", "nvidia.com/gpucores": "50"}
+    assert spawner.extra_resource_limits == share  # the profile's "2" GPUs are dropped
+    assert spawner.extra_resource_guarantees == share
+    assert spawner.node_selector == {"gpu-type": "a100", "kubernetes.io/hostname": "gpu-node-1"}
+    assert spawner.image == "tensorflow:1"
+    assert spawner.priority_class_name == "gpu-booked"
+    end = booking_service.active[0]["end"]
+    assert spawner.extra_labels == {
+        "gpu-profile": "yes",
+        "gpubooking.jupyter.org/booking-id": "11",
+        "gpubooking.jupyter.org/pool": "a100",
+    }
+    assert spawner.extra_annotations == {
+        "lab.example.org/cost-centre": "physics",
+        "nvidia.com/use-gpuuuid": "GPU-aaaa-1",
+        "gpubooking.jupyter.org/booking-id": "11",
+        "gpubooking.jupyter.org/pool": "a100",
+        "gpubooking.jupyter.org/gpus": "0.5",
+        "gpubooking.jupyter.org/end": end,
+    }
+    assert spawner.environment == {
+        "GPU_BOOKING_ID": "11",
+        "GPU_BOOKING_END": end,
+        "GPU_BOOKING_POOL": "a100",
+        "GPU_BOOKING_GPUS": "0.5",
+    }
+    deadline = spawner.extra_pod_config["activeDeadlineSeconds"]
+    end_time = parse_time(end)
+    assert (end_time - after).total_seconds() + 300 <= deadline
+    assert deadline <= (end_time - before).total_seconds() + 301
+    assert booking_service.claims == [
+        ("/services/gpu-booking/api/bookings/11/claim", {"server": "gpu"})
+    ]
+    assert spawner.get_state()["gpu_booking_id"] == 11
+
+    pod = await spawner.get_pod_manifest()
+    labels = pod.metadata.labels
+    assert labels["gpubooking.jupyter.org/booking-id"] == "11"
+    assert labels["gpu-profile"] == "yes"
+    # KubeSpawner's own labels are still there
+    assert labels["hub.jupyter.org/username"] == "ada"
+    assert labels["component"] == "singleuser-server"
+    assert labels["hub.jupyter.org/servername"] == "gpu"
+    assert pod.metadata.annotations["nvidia.com/use-gpuuuid"] == "GPU-aaaa-1"
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpumem"] == "40960"
+    assert pod.spec.node_selector["kubernetes.io/hostname"] == "gpu-node-1"
+
+
+async def test_whole_gpu_pool_and_default_priority(make_spawner, booking_service, make_booking):
+    booking_service.active = [
+        make_booking(21, pool="t4", slices=2, node="t4-node", gpus=(0, 1), slices_per_gpu=1)
+    ]
+    spawner = make_spawner({"profile": "t4"})
+    await spawner.load_user_options()
+    assert spawner.extra_resource_limits == {"nvidia.com/gpu": "2"}
+    assert spawner.priority_class_name == ""
+
+
+async def test_claim_prefers_the_booking_this_server_holds(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(31), make_booking(32, server="gpu"), make_booking(33, server="x")]
+    spawner = make_spawner({"profile": "a100"}, server_name="gpu")
+    await spawner.load_user_options()
+    assert [path for path, _ in booking_service.claims] == [
+        "/services/gpu-booking/api/bookings/32/claim"
+    ]
+    assert spawner.extra_labels["gpubooking.jupyter.org/booking-id"] == "32"
+
+
+async def test_claim_falls_through_to_an_unused_booking(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(41, server="other"), make_booking(42)]
+    spawner = make_spawner({"profile": "a100"}, server_name="gpu")
+    await spawner.load_user_options()
+    assert [path for path, _ in booking_service.claims] == [
+        "/services/gpu-booking/api/bookings/42/claim"
+    ]
+
+
+async def test_failure_after_claim_releases_the_booking(make_spawner, booking_service, make_booking):
+    def broken_backend(pool, amount, placement):
+        raise ValueError("the device plugin config is broken")
+
+    booking_service.active = [make_booking(51)]
+    spawner = make_spawner({"profile": "a100"}, gpu_backends={"hami": broken_backend})
+    with pytest.raises(ValueError, match="device plugin"):
+        await spawner.load_user_options()
+    assert booking_service.claims == [
+        ("/services/gpu-booking/api/bookings/51/claim", {"server": ""}),
+        ("/services/gpu-booking/api/bookings/51/release", {"server": ""}),
+    ]
+    assert booking_service.active[0]["server"] is None
+    assert "gpu_booking_id" not in spawner.get_state()
+
+
+async def test_async_callable_profile_list_is_wrapped(make_spawner, booking_service, make_booking):
+    calls = []
+
+    async def profiles_for(spawner):
+        calls.append(spawner.user.name)
+        return [
+            {"display_name": "CPU", "slug": "cpu", "default": True},
+            {"display_name": "A100", "slug": "gpu", "gpu_pool": "a100"},
+        ]
+
+    booking_service.active = [make_booking(61)]
+    spawner = make_spawner({"profile": "gpu"}, profile_list=profiles_for)
+    await spawner.load_user_options()
+    assert calls == ["ada"]
+    assert spawner.extra_resource_limits["nvidia.com/gpu"] == "1"
+
+
+async def test_default_profile_is_checked_too(make_spawner, booking_service):
+    profiles = [{"display_name": "A100", "slug": "gpu", "gpu_pool": "a100", "default": True}]
+    spawner = make_spawner({}, profile_list=profiles)  # REST API start without options
+    error = await refusal_of(spawner)
+    assert "no active A100 booking" in shown_message(error)
+
+
+async def test_state_survives_a_hub_restart(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(71)]
+    spawner = make_spawner({"profile": "a100"})
+    await spawner.load_user_options()
+    reloaded = make_spawner({"profile": "a100"})
+    reloaded.load_state(spawner.get_state())
+    assert reloaded.get_state()["gpu_booking_id"] == 71
+    reloaded.clear_state()
+    assert "gpu_booking_id" not in reloaded.get_state()
+
+
+async def test_refusal_reaches_the_progress_stream(make_spawner, booking_service):
+    spawner = make_spawner({"profile": "a100"}, events_enabled=False)
+    # what KubeSpawner.start() does, minus the pod: the start future runs load_user_options
+    spawner._start_future = asyncio.ensure_future(spawner.load_user_options())
+    events = [event async for event in spawner.progress()]
+    with pytest.raises(web.HTTPError):
+        await spawner._start_future
+    assert events == [
+        {
+            "progress": 100,
+            "failed": True,
+            "message": "You have no active A100 booking right now; book one at "
+            "/lab/services/gpu-booking/ and start again.",
+        }
+    ]
