@@ -1,0 +1,197 @@
+"""Pure parts of the service: principals, routes vs OpenAPI, JSON and iCal builders, metrics,
+the Application's traits and its refusal to start on a stale database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
+from pathlib import Path
+
+import yaml
+from icalendar import Calendar
+from openapi_spec_validator import validate
+from traitlets import TraitType
+
+from jhub_gpubooking.core.model import Booking, Placement, Pool
+from jhub_gpubooking.service import app as service_app
+from jhub_gpubooking.service.app import GPUBookingService, service_routes, template_to_pattern
+from jhub_gpubooking.service.base import Principal, principal_from_model
+from jhub_gpubooking.service.feeds import bookings_calendar
+from jhub_gpubooking.service.metrics import ServiceMetrics, booked_gpus_now, booking_counts
+from jhub_gpubooking.service.serialize import booking_json
+
+OPENAPI_PATH = Path(service_app.__file__).with_name("openapi.yaml")
+T0 = datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc)
+POOL = Pool(name="a100", nodes={"n1": 2}, display_name="A100")
+SHARED = Pool(name="shared", nodes={"s1": 1}, slices_per_gpu=4)
+
+
+def make_booking(**changes) -> Booking:
+    fields = dict(
+        id=7, user="ada", pool="a100", amount=Fraction(1), start=T0, end=T0 + timedelta(hours=2),
+        placement=Placement("n1", (1,), 1), note="training run", created=T0 - timedelta(days=1),
+        updated=T0 - timedelta(days=1),
+    )
+    fields.update(changes)
+    return Booking(**fields)
+
+
+def test_principal_from_user_model_uses_hub_admin_flag_and_admin_groups():
+    admin_groups = ["gpu-admins"]
+    assert principal_from_model(
+        {"kind": "user", "name": "ada", "admin": False, "groups": ["students"]}, admin_groups, []
+    ) == Principal(kind="user", name="ada", groups=("students",), is_admin=False)
+    assert principal_from_model(
+        {"kind": "user", "name": "carol", "admin": False, "groups": ["gpu-admins"]}, admin_groups, []
+    ).is_admin
+    assert principal_from_model({"name": "root", "admin": True}, admin_groups, []).is_admin
+
+
+def test_principal_from_service_model_is_spawner_only_when_listed():
+    listed = principal_from_model({"kind": "service", "name": "gpu-booking"}, [], ["gpu-booking"])
+    other = principal_from_model({"kind": "service", "name": "culler"}, [], ["gpu-booking"])
+    assert listed == Principal(kind="service", name="gpu-booking", is_spawner=True)
+    assert not other.is_spawner and not other.is_admin
+    assert not listed.may_act_for("ada")
+
+
+def test_route_templates_become_anchored_literal_patterns():
+    assert template_to_pattern("api/bookings/{booking_id}/claim") == r"api/bookings/(\d+)/claim"
+    assert template_to_pattern("feeds/{token}.ics") == r"feeds/([^/]+)\.ics"
+    assert template_to_pattern("api/users/{user}/feed-token") == r"api/users/([^/]+)/feed\-token"
+
+
+def test_openapi_is_valid_and_lists_exactly_the_routes_and_methods_of_the_app():
+    document = yaml.safe_load(OPENAPI_PATH.read_text())
+    validate(document)
+    documented = {
+        path.lstrip("/"): {method for method in item if method in {"get", "post", "patch", "delete", "put"}}
+        for path, item in document["paths"].items()
+    }
+    implemented = {
+        template: {
+            method
+            for method in ("get", "post", "patch", "delete", "put")
+            if getattr(handler, method).__qualname__.split(".")[0] != "RequestHandler"
+        }
+        for template, handler in service_routes()
+    }
+    assert documented == implemented
+
+
+def test_booking_json_shape_and_utc_times():
+    booking = make_booking()
+    assert booking_json(booking, POOL, T0 + timedelta(minutes=30)) == {
+        "id": 7,
+        "user": "ada",
+        "pool": "a100",
+        "gpus": 1,
+        "slices": 1,
+        "start": "2026-11-23T09:00:00Z",
+        "end": "2026-11-23T11:00:00Z",
+        "state": "active",
+        "note": "training run",
+        "created": "2026-11-22T09:00:00Z",
+        "updated": "2026-11-22T09:00:00Z",
+        "placement": {"node": "n1", "gpus": [1], "slices": 1},
+        "server": None,
+    }
+
+
+def test_booking_json_of_a_fraction_counts_slices():
+    quarter = make_booking(pool="shared", amount=Fraction(1, 4), placement=Placement("s1", (0,), 1))
+    model = booking_json(quarter, SHARED, T0 - timedelta(hours=1))
+    assert (model["gpus"], model["slices"], model["state"]) == (0.25, 1, "upcoming")
+
+
+def test_calendar_parses_back_with_one_event_per_booking():
+    bookings = [make_booking(), make_booking(id=8, status="cancelled", start=T0 + timedelta(days=1),
+                                             end=T0 + timedelta(days=1, hours=1))]
+    calendar = Calendar.from_ical(
+        bookings_calendar("ada", bookings, {"a100": POOL}, "gpu-booking", "https://hub/services/gpu-booking/")
+    )
+    events = calendar.walk("VEVENT")
+    assert [str(event["uid"]) for event in events] == ["booking-7@gpu-booking", "booking-8@gpu-booking"]
+    assert events[0].decoded("dtstart") == T0
+    assert events[0].decoded("dtend") == T0 + timedelta(hours=2)
+    assert str(events[0]["summary"]) == "1 GPU on A100"
+    assert "training run" in str(events[0]["description"])
+    assert [str(event["status"]) for event in events] == ["CONFIRMED", "CANCELLED"]
+
+
+def test_metric_builders_count_states_and_active_gpus():
+    now = T0 + timedelta(minutes=30)
+    bookings = [
+        make_booking(),
+        make_booking(id=8, pool="shared", amount=Fraction(1, 4)),
+        make_booking(id=9, start=T0 + timedelta(days=1), end=T0 + timedelta(days=1, hours=1)),
+        make_booking(id=10, status="cancelled"),
+    ]
+    assert booking_counts(bookings, now) == {"upcoming": 1, "active": 2, "ended": 0, "cancelled": 1}
+    assert booked_gpus_now(bookings, ["a100", "shared", "empty"], now) == {
+        "a100": 1.0, "shared": 0.25, "empty": 0.0,
+    }
+
+
+def test_metrics_exposition_uses_its_own_registry():
+    first, second = ServiceMetrics(), ServiceMetrics()
+    first.observe_request("api/pools", "GET", 200, 0.01)
+    first.refresh([make_booking()], {"a100": 2}, T0)
+    text = first.exposition().decode()
+    assert 'gpubooking_requests_total{method="GET",route="api/pools",status="200"} 1.0' in text
+    assert 'gpubooking_booked_gpus{pool="a100"} 1.0' in text
+    assert 'gpubooking_bookings{state="active"} 1.0' in text
+    assert "gpubooking_requests_total{" not in second.exposition().decode()
+
+
+def test_every_configurable_trait_has_help():
+    own = {
+        name: trait
+        for name, trait in GPUBookingService.class_traits(config=True).items()
+        if name in GPUBookingService.__dict__
+    }
+    assert {"pools", "default_policy", "group_policies", "db_url", "slot_minutes", "page_days",
+            "spawner_services", "admin_groups", "executor_threads"} <= set(own)
+    assert all(isinstance(trait, TraitType) and len(trait.help) > 20 for trait in own.values())
+
+
+def test_service_reads_the_hub_environment(monkeypatch):
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_NAME", "gpus")
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:4242/lab/services/gpus/")
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/lab/services/gpus/")
+    monkeypatch.setenv("JUPYTERHUB_BASE_URL", "/lab/")
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://hub:8081/lab/hub/api")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret")
+    service = GPUBookingService()
+    assert (service.service_name, service.service_prefix, service.hub_prefix) == (
+        "gpus", "/lab/services/gpus/", "/lab/hub/"
+    )
+    assert (service.hub_api_url, service.api_token, service.spawner_services) == (
+        "http://hub:8081/lab/hub/api", "secret", ["gpus"]
+    )
+
+
+def run_service(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("JUPYTERHUB_")}
+    return subprocess.run(
+        [sys.executable, "-m", "jhub_gpubooking.service", *arguments],
+        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_service_refuses_a_database_without_schema(tmp_path):
+    result = run_service(tmp_path, "--db-url", f"sqlite:///{tmp_path / 'new.sqlite'}",
+                         "--url", "http://127.0.0.1:1/")
+    assert result.returncode != 0
+    assert "jhub-gpubooking db upgrade" in result.stderr
+
+
+def test_generate_config_writes_a_loadable_commented_file(tmp_path):
+    result = run_service(tmp_path, "--generate-config", "--config", str(tmp_path / "config.py"))
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "config.py").read_text()
+    assert "# c.GPUBookingService.pools = []" in text
+    assert "c.GPUBookingService.admin_groups" in text
