@@ -252,7 +252,7 @@ def _check_request(pool: Pool, request: Any) -> GpuRequest:
     source = f"GPU backend {pool.backend!r} (pool {pool.name})"
     if not isinstance(request, GpuRequest):
         raise ValueError(f"{source} must return a GpuRequest, not {type(request).__name__}.")
-    if not request.resources:
+    if not isinstance(request.resources, Mapping) or not request.resources:
         raise ValueError(f"{source} requested no resource, so the pod would get no GPU.")
     for name, count in request.resources.items():
         if not isinstance(name, str) or not _RESOURCE_NAME_RE.match(name):
@@ -266,7 +266,10 @@ def _check_request(pool: Pool, request: Any) -> GpuRequest:
                 "numbers greater than zero."
             )
     for what, mapping in (("annotations", request.annotations), ("env", request.env)):
-        if not all(isinstance(k, str) and k and isinstance(v, str) for k, v in mapping.items()):
+        if not isinstance(mapping, Mapping) or not all(
+            isinstance(key, str) and key and isinstance(value, str)
+            for key, value in mapping.items()
+        ):
             raise ValueError(f"{source} must give its {what} as text keys and text values.")
     if request.scheduler_name is not None and (
         not isinstance(request.scheduler_name, str) or not request.scheduler_name

@@ -337,6 +337,8 @@ def test_backend_output_is_validated(output, message):
         ({"example.org/gpu": 1}, "must return a GpuRequest"),
         (GpuRequest({"example.org/gpu": 1}, annotations={"a": 1}), "text keys and text values"),
         (GpuRequest({"example.org/gpu": 1}, env={"A": None}), "text keys and text values"),
+        (GpuRequest({"example.org/gpu": 1}, env=None), "text keys and text values"),
+        (GpuRequest(None), "requested no resource"),
         (GpuRequest({"example.org/gpu": 1}, scheduler_name=""), "scheduler name"),
     ],
 )
