@@ -68,9 +68,10 @@ def booking(
     gpus: tuple[int, ...] = (1,),
     server: str | None = None,
     slices_per_gpu: int = 4,
+    now: datetime | None = None,
 ) -> dict:
-    """A booking as the service's JSON shows it (default: 0.5 A100, active for 2 more hours)."""
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    """A booking as the service's JSON shows it at ``now`` (default: 0.5 A100, 2 more hours)."""
+    now = now or datetime.now(timezone.utc).replace(microsecond=0)
     start = start or now - timedelta(hours=1)
     end = end or now + timedelta(hours=2)
     return {
