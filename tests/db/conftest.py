@@ -1,7 +1,8 @@
 """Fixtures of the database tests: one fresh database per test on SQLite, PostgreSQL and MariaDB.
 
-Server tests create a uniquely named database (``gpub_test_<random>``) and drop it afterwards,
-so they can run next to other test runs on the same servers. A server that cannot be reached
+Server tests get their own uniquely named database (``gpub_test_<random>``) and drop it
+afterwards, so they can run next to other test runs on the same servers. On PostgreSQL, where
+CREATE DATABASE costs a checkpoint, one database per run holds a fresh schema per test instead. A server that cannot be reached
 skips its tests with the reason printed; the URLs can be changed through the environment.
 """
 
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.model import Pool
@@ -45,17 +47,21 @@ def server_unreachable(backend: str) -> str | None:
     return _unreachable[backend]
 
 
+def unique_name() -> str:
+    return f"gpub_test_{uuid.uuid4().hex[:12]}"
+
+
 class ServerDatabase:
     """A throw-away database on a server, created on entry and dropped on exit."""
 
     def __init__(self, backend: str):
         self.backend = backend
-        self.name = f"gpub_test_{uuid.uuid4().hex[:12]}"
+        self.name = unique_name()
         server_url = make_url(SERVER_URLS[backend])
-        self.url = server_url.set(database=self.name).render_as_string(hide_password=False)
+        self.url = server_url.set(database=self.name)
         self._admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
 
-    def __enter__(self) -> str:
+    def __enter__(self) -> URL:
         with self._admin.connect() as connection:
             charset = " CHARACTER SET utf8mb4" if self.backend == "mysql" else ""
             connection.execute(text(f"CREATE DATABASE {self.name}{charset}"))
@@ -66,6 +72,31 @@ class ServerDatabase:
         with self._admin.connect() as connection:
             connection.execute(text(f"DROP DATABASE IF EXISTS {self.name}{force}"))
         self._admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_database():
+    """One PostgreSQL database for the whole run (None when the server is unreachable)."""
+    if server_unreachable("postgresql"):
+        yield None
+        return
+    with ServerDatabase("postgresql") as url:
+        yield url
+
+
+@contextmanager
+def postgres_schema(database_url: URL):
+    """A fresh schema in the run's database; the URL makes it the connection's search_path."""
+    name = unique_name()
+    engine = create_engine(database_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as connection:
+            connection.execute(text(f"CREATE SCHEMA {name}"))
+        yield database_url.update_query_dict({"options": f"-csearch_path={name}"})
+        with engine.connect() as connection:
+            connection.execute(text(f"DROP SCHEMA {name} CASCADE"))
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture(
@@ -85,8 +116,12 @@ def db_url(request, tmp_path):
     if reason:
         print(f"SKIP: {reason}")
         pytest.skip(reason)
-    with ServerDatabase(backend) as url:
-        yield url
+    if backend == "postgresql":
+        fresh = postgres_schema(request.getfixturevalue("postgres_database"))
+    else:
+        fresh = ServerDatabase(backend)
+    with fresh as url:
+        yield url.render_as_string(hide_password=False)
 
 
 @pytest.fixture
