@@ -1,0 +1,288 @@
+"""The REST API through a real JupyterHub, proxy and hub-managed service, on SQLite and PostgreSQL.
+
+Each test books in its own time window (``windows.next()``) so tests sharing the module's Hub
+never compete for capacity.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import pytest
+from icalendar import Calendar
+
+from conftest import RunningHub, new_postgres_database, postgres_reachable, start_booking_hub
+from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def hub(request, tmp_path_factory):
+    """A Hub whose booking service stores bookings in SQLite or PostgreSQL."""
+    directory = tmp_path_factory.mktemp(f"hub-{request.param}")
+    if request.param == "sqlite":
+        with start_booking_hub(directory) as running:
+            yield running
+        return
+    reason = postgres_reachable()
+    if reason:
+        print(reason)
+        pytest.skip(reason)
+    with new_postgres_database() as url, start_booking_hub(directory, db_url=url) as running:
+        yield running
+
+
+class Windows:
+    """Hands out non-overlapping 3-hour windows from tomorrow on."""
+
+    def __init__(self) -> None:
+        self.counter = itertools.count()
+        self.day0 = floor_to_grid(datetime.now(timezone.utc), 24 * 60) + timedelta(days=1)
+
+    def next(self, hours: int = 2) -> tuple[str, str]:
+        n = next(self.counter)
+        start = self.day0 + timedelta(days=n // 8, hours=(n % 8) * 3)
+        return format_time(start), format_time(start + timedelta(hours=hours))
+
+
+windows = Windows()
+
+
+def client(hub: RunningHub, who: str) -> httpx.Client:
+    """An API client for ``anonymous``, a user name, or ``spawner`` (the service's own token)."""
+    if who == "anonymous":
+        return hub.api()
+    if who == "spawner":
+        return hub.api(hub.service_token)
+    return hub.api(hub.user_token(who))
+
+
+def book(hub: RunningHub, who: str = "ada", **fields) -> dict:
+    start, end = windows.next()
+    body = {"pool": "a100", "gpus": 1, "start": start, "end": end, **fields}
+    response = client(hub, who).post("api/bookings", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def book_now(hub: RunningHub, user: str = "ada") -> dict:
+    """An active booking (starting in the current slot) on the quarter-GPU pool."""
+    now = datetime.now(timezone.utc)
+    start = floor_to_grid(now, 15)
+    body = {"pool": "shared", "gpus": 0.25, "start": format_time(start),
+            "end": format_time(start + timedelta(hours=1))}
+    response = client(hub, user).post("api/bookings", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def error(response: httpx.Response, status: int) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["status"] == status
+    return body["message"]
+
+
+def test_booking_round_trip(hub):
+    ada = client(hub, "ada")
+    created = book(hub, note="fine-tuning")
+    assert created["user"] == "ada" and created["state"] == "upcoming"
+    assert created["start"].endswith("Z") and created["placement"]["node"] in {"node-a", "node-b"}
+    booking_url = f"api/bookings/{created['id']}"
+    assert ada.get(booking_url).json() == created
+    assert created["id"] in [b["id"] for b in ada.get("api/bookings", params={"state": "upcoming"}).json()]
+
+    shorter = (datetime.fromisoformat(created["end"].replace("Z", "+00:00")) - timedelta(hours=1))
+    patched = ada.patch(booking_url, json={"end": format_time(shorter)})
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["end"] == format_time(shorter)
+
+    cancelled = ada.delete(booking_url)
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert "already cancelled" in error(ada.delete(booking_url), 409)
+
+
+def test_unknown_and_missing_fields_are_named(hub):
+    start, end = windows.next()
+    ada = client(hub, "ada")
+    body = {"pool": "a100", "gpus": 1, "start": start, "end": end, "color": "red", "owner": "x"}
+    assert error(ada.post("api/bookings", json=body), 400).startswith("Unknown field(s): color, owner;")
+    assert error(ada.post("api/bookings", json={"pool": "a100"}), 400) == "Missing field(s): gpus, start, end."
+    assert error(ada.post("api/bookings", content=b"[1]"), 400) == "The request body must be a JSON object."
+
+
+def test_refusals_are_one_clear_sentence(hub):
+    ada = client(hub, "ada")
+    start, end = windows.next()
+    off_grid = start.replace(":00:00Z", ":07:00Z")
+    message = error(ada.post("api/bookings", json={"pool": "a100", "gpus": 1, "start": off_grid, "end": end}), 400)
+    assert "grid" in message or "15" in message
+    message = error(ada.post("api/bookings", json={"pool": "shared", "gpus": 0.3, "start": start, "end": end}), 400)
+    assert "not bookable" in message
+    assert "no GPU pool named 'h100'" in error(
+        ada.post("api/bookings", json={"pool": "h100", "gpus": 1, "start": start, "end": end}), 404
+    )
+    assert "'state' must be one of" in error(ada.get("api/bookings", params={"state": "soon"}), 400)
+
+
+def test_full_capacity_is_a_409_naming_what_is_left(hub):
+    start, end = windows.next()
+    body = {"pool": "a100", "gpus": 2, "start": start, "end": end}
+    for user in ("ada", "bob"):
+        assert client(hub, user).post("api/bookings", json=body).status_code == 201
+    message = error(client(hub, "carol").post("api/bookings", json={**body, "gpus": 1}), 409)
+    assert message.endswith(".")
+
+
+def test_only_admins_book_for_others(hub):
+    start, end = windows.next()
+    body = {"pool": "a100", "gpus": 1, "start": start, "end": end, "user": "ada"}
+    assert "Only booking administrators" in error(client(hub, "bob").post("api/bookings", json=body), 403)
+    assert client(hub, "ada").post("api/bookings", json=body).status_code == 201
+    for admin in ("admin", "carol"):  # Hub admin, and member of admin_groups
+        response = client(hub, admin).post("api/bookings", json=body)
+        assert response.status_code == 201, response.text
+        assert response.json()["user"] == "ada"
+
+
+def test_other_users_bookings_stay_anonymous(hub):
+    booking = book(hub, note="secret project")
+    bob = client(hub, "bob")
+    assert "no booking" in error(bob.get(f"api/bookings/{booking['id']}"), 404)
+    assert bob.patch(f"api/bookings/{booking['id']}", json={"end": booking["end"]}).status_code == 404
+    assert bob.delete(f"api/bookings/{booking['id']}").status_code == 404
+    availability = bob.get(
+        "api/pools/a100/availability", params={"start": booking["start"], "end": booking["end"]}
+    )
+    assert availability.status_code == 200
+    assert "ada" not in availability.text and "secret" not in availability.text
+    assert availability.json()["intervals"][0]["free_gpus"] <= 3
+    assert booking["id"] not in [b["id"] for b in bob.get("api/bookings").json()]
+
+
+ANON, OTHER, OWNER, ADMIN, SPAWNER = "anonymous", "bob", "ada", "admin", "spawner"
+PRINCIPALS = (ANON, OTHER, OWNER, ADMIN, SPAWNER)
+# (method, path, body) -> expected status for anonymous, other user, owner, admin, Hub spawner
+MATRIX = [
+    ("GET", "api/pools", None, (403, 200, 200, 200, 200)),
+    ("GET", "api/pools/a100/availability", None, (403, 200, 200, 200, 200)),
+    ("GET", "api/bookings", None, (403, 200, 200, 200, 403)),
+    ("GET", "api/bookings?user=ada", None, (403, 403, 200, 200, 403)),
+    ("GET", "api/bookings/{id}", None, (403, 404, 200, 200, 200)),
+    ("PATCH", "api/bookings/{id}", {"end": "{end}"}, (403, 404, 200, 200, 403)),
+    ("POST", "api/bookings/{id}/claim", {"server": ""}, (403, 403, 403, 200, 200)),
+    ("POST", "api/bookings/{id}/release", {"server": ""}, (403, 403, 403, 200, 200)),
+    ("GET", "api/users/ada/bookings/active", None, (403, 403, 200, 200, 200)),
+    ("GET", "api/users/ada/bookings.ics", None, (403, 403, 200, 200, 403)),
+    ("POST", "api/users/ada/feed-token", None, (403, 403, 200, 200, 403)),
+    ("GET", "api/maintenance", None, (403, 200, 200, 200, 200)),
+    ("POST", "api/maintenance", {}, (403, 403, 403, 400, 403)),
+    ("DELETE", "api/maintenance/999999", None, (403, 403, 403, 404, 403)),
+    ("GET", "metrics", None, (403, 403, 403, 200, 200)),
+    ("GET", "feeds/not-a-token.ics", None, (404, 404, 404, 404, 404)),
+]
+
+
+def test_authorization_matrix(hub):
+    booking = book_now(hub)
+    failures = []
+    for method, path, body, expected in MATRIX:
+        path = path.replace("{id}", str(booking["id"]))
+        if body is not None:
+            body = {k: v.replace("{end}", booking["end"]) if isinstance(v, str) else v for k, v in body.items()}
+        for who, status in zip(PRINCIPALS, expected):
+            response = client(hub, who).request(method, path, json=body)
+            if response.status_code != status:
+                failures.append(f"{who} {method} {path}: {response.status_code} != {status} {response.text[:120]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_owner_and_admin_cancel_but_spawner_cannot(hub):
+    for who in ("ada", "admin"):
+        booking = book(hub)
+        assert client(hub, who).delete(f"api/bookings/{booking['id']}").json()["state"] == "cancelled"
+    booking = book(hub)
+    assert "owner or an administrator" in error(client(hub, SPAWNER).delete(f"api/bookings/{booking['id']}"), 403)
+
+
+def test_claim_takes_over_from_a_server_the_hub_reports_stopped(hub):
+    booking = book_now(hub, "bob")
+    spawner = client(hub, SPAWNER)
+    claimed = spawner.post(f"api/bookings/{booking['id']}/claim", json={"server": ""})
+    assert claimed.status_code == 200 and claimed.json()["server"] == ""
+    # bob has no running server in the Hub, so "" is stale and "gpu2" may take the booking over
+    taken = spawner.post(f"api/bookings/{booking['id']}/claim", json={"server": "gpu2"})
+    assert taken.status_code == 200, taken.text
+    assert taken.json()["server"] == "gpu2"
+    released = spawner.post(f"api/bookings/{booking['id']}/release", json={"server": "gpu2"})
+    assert released.json()["server"] is None
+    upcoming = book(hub, "bob")
+    assert "cannot be used before" in error(
+        spawner.post(f"api/bookings/{upcoming['id']}/claim", json={"server": ""}), 409
+    )
+
+
+def test_cookie_writes_need_the_xsrf_token(hub):
+    session = hub.login_session("ada")
+    start, end = windows.next()
+    body = {"pool": "a100", "gpus": 1, "start": start, "end": end}
+    assert session.get("api/bookings").status_code == 200
+    assert "'_xsrf'" in error(session.post("api/bookings", json=body), 403)
+    forged = session.post("api/bookings", json=body, headers={"X-XSRFToken": "forged"})
+    assert forged.status_code == 403
+    created = session.post("api/bookings", json=body, headers=hub.xsrf_headers(session))
+    assert created.status_code == 201, created.text
+    assert created.json()["user"] == "ada"
+
+
+def test_groups_reach_the_service_through_oauth(hub):
+    """carol is an admin only through her group, which the OAuth token must carry."""
+    booking = book(hub)
+    session = hub.login_session("carol")
+    listed = session.get("api/bookings", params={"user": "ada"})
+    assert listed.status_code == 200, listed.text
+    assert booking["id"] in [b["id"] for b in listed.json()]
+
+
+def test_calendar_and_secret_feed(hub):
+    booking = book(hub, note="calendar check")
+    ada = client(hub, "ada")
+    calendar = Calendar.from_ical(ada.get("api/users/ada/bookings.ics").content)
+    uids = [str(event["uid"]) for event in calendar.walk("VEVENT")]
+    assert f"booking-{booking['id']}@gpu-booking" in uids
+
+    link = ada.post("api/users/ada/feed-token").json()
+    assert link["url"] == f"{hub.service_url}feeds/{link['token']}.ics"
+    feed = httpx.get(link["url"])  # no credentials at all: the token is the capability
+    assert feed.status_code == 200 and feed.headers["content-type"].startswith("text/calendar")
+    assert f"booking-{booking['id']}@gpu-booking" in feed.text
+    assert "already have a calendar link" in error(ada.get("api/users/ada/feed-token"), 409)
+
+    ada.post("api/users/ada/feed-token")
+    assert httpx.get(link["url"]).status_code == 404
+
+
+def test_maintenance_reports_colliding_bookings(hub):
+    booking = book(hub)
+    admin = client(hub, ADMIN)
+    body = {"pool": "a100", "node": booking["placement"]["node"], "start": booking["start"],
+            "end": booking["end"], "reason": "driver update"}
+    created = admin.post("api/maintenance", json=body)
+    assert created.status_code == 201, created.text
+    window = created.json()
+    assert [b["id"] for b in window["colliding_bookings"]] == [booking["id"]]
+    assert window["id"] in [w["id"] for w in client(hub, "bob").get("api/maintenance").json()]
+    assert admin.delete(f"api/maintenance/{window['id']}").status_code == 204
+    assert "no maintenance window" in error(admin.delete(f"api/maintenance/{window['id']}"), 404)
+
+
+def test_metrics_count_bookings_and_requests(hub):
+    book(hub)
+    text = client(hub, ADMIN).get("metrics").text
+    assert 'gpubooking_bookings{state="upcoming"}' in text
+    assert 'gpubooking_booked_gpus{pool="a100"}' in text
+    assert 'gpubooking_requests_total{method="POST",route="api/bookings",status="201"}' in text
+    assert 'gpubooking_request_duration_seconds_bucket{le="0.005",method="POST",route="api/bookings",status="201"}' in text
