@@ -56,8 +56,8 @@ def booking_refusal(message: str, *, reason: str, status_code: int = 403) -> web
     if SpawnException is not None:
         error = SpawnException(message, reason=reason, status_code=status_code)
     else:
-        # HTTPError formats log_message with %, so literal percent signs must be doubled
-        error = web.HTTPError(status_code, message.replace("%", "%%"))
+        # without args, HTTPError escapes the % in log_message itself
+        error = web.HTTPError(status_code, message)
     error.jupyterhub_message = message
     return error
 

@@ -288,3 +288,34 @@ async def test_refusal_reaches_the_progress_stream(make_spawner, booking_service
             "/lab/services/gpu-booking/ and start again.",
         }
     ]
+
+
+async def test_refusal_on_jupyterhub_5(make_spawner, booking_service, monkeypatch):
+    """Without SpawnException (JupyterHub 5.5) the refusal is an HTTPError the Hub shows as is."""
+    monkeypatch.setattr("jhub_gpubooking.spawner.SpawnException", None)
+    booking_service.pools[0] = {**booking_service.pools[0], "gpu_model": "A100 100%"}
+    error = await refusal_of(make_spawner({"profile": "a100"}))
+    assert type(error) is web.HTTPError
+    assert error.status_code == 403
+    expected = (
+        "You have no active A100 100% booking right now; book one at "
+        "/lab/services/gpu-booking/ and start again."
+    )
+    # 5.5's error page and REST API show log_message % args; its progress stream and
+    # spawn-pending page show jupyterhub_message
+    assert error.log_message % error.args == expected
+    assert shown_message(error) == expected
+
+
+async def test_failed_start_gives_the_claim_back(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(81)]
+    spawner = make_spawner({"profile": "a100"}, server_name="gpu")
+    await spawner.load_user_options()
+    failed_start = asyncio.get_running_loop().create_future()
+    failed_start.set_exception(TimeoutError("pod never became ready"))
+    spawner._release_after_failed_start(failed_start)
+    await spawner._release_task
+    assert booking_service.claims[-1] == (
+        "/services/gpu-booking/api/bookings/81/release", {"server": "gpu"}
+    )
+    assert booking_service.active[0]["server"] is None

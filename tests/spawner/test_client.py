@@ -1,0 +1,53 @@
+"""The async service client: answers, refusals and outages become typed results."""
+
+from __future__ import annotations
+
+import pytest
+
+from jhub_gpubooking.client import BookingClient, BookingRefused, BookingServiceUnavailable
+
+
+def client_for(url: str, token: str = "spawner-test-token") -> BookingClient:
+    return BookingClient(url, token, request_timeout=1.0, connect_timeout=0.5)
+
+
+async def test_reads_pools_and_bookings(booking_service, make_booking):
+    booking_service.active = [make_booking(1), make_booking(2, user="bob")]
+    booking_service.upcoming = [make_booking(3)]
+    client = client_for(booking_service.url)
+    assert [pool["name"] for pool in await client.pools()] == ["a100", "t4"]
+    assert [b["id"] for b in await client.active_bookings("ada")] == [1]
+    assert [b["id"] for b in await client.upcoming_bookings("ada")] == [3]
+    assert booking_service.requests[-1][1] == (
+        "/services/gpu-booking/api/bookings?user=ada&state=upcoming"
+    )
+
+
+async def test_user_names_are_escaped_in_paths(booking_service):
+    await client_for(booking_service.url).active_bookings("ada/../admin")
+    assert booking_service.requests[-1][1] == (
+        "/services/gpu-booking/api/users/ada%2F..%2Fadmin/bookings/active"
+    )
+
+
+async def test_claim_conflict_is_a_refusal_with_the_service_message(
+    booking_service, make_booking
+):
+    booking_service.active = [make_booking(5, server="other")]
+    with pytest.raises(BookingRefused) as refused:
+        await client_for(booking_service.url).claim(5, "")
+    assert refused.value.status == 409
+    assert refused.value.message == "Booking 5 is already used by server 'other'."
+
+
+async def test_server_error_means_unavailable(booking_service):
+    booking_service.pools = None
+    with pytest.raises(BookingServiceUnavailable, match="HTTP 500"):
+        await client_for(booking_service.url).pools()
+
+
+async def test_closed_port_and_hanging_server_mean_unavailable(closed_port_url, hanging_url):
+    for url in (closed_port_url, hanging_url):
+        with pytest.raises(BookingServiceUnavailable):
+            await BookingClient(url, "t", request_timeout=0.3, connect_timeout=0.3).pools()
+
