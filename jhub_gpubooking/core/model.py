@@ -58,7 +58,11 @@ class Pool:
             raise ValueError(
                 f"Pool name {self.name!r} must be lowercase letters, digits and '-' (max 63)."
             )
-        if not isinstance(self.slices_per_gpu, int) or not 1 <= self.slices_per_gpu <= 64:
+        if (
+            not isinstance(self.slices_per_gpu, int)
+            or isinstance(self.slices_per_gpu, bool)
+            or not 1 <= self.slices_per_gpu <= 64
+        ):
             raise ValueError(f"Pool {self.name}: slices_per_gpu must be an integer from 1 to 64.")
         if not self.nodes:
             raise ValueError(f"Pool {self.name}: 'nodes' must name at least one node.")
@@ -153,16 +157,25 @@ def parse_amount(value: Any) -> Fraction:
             return Fraction(value)
         if isinstance(value, float):
             # floats like 0.1 + 0.2: take the shortest decimal, then snap thirds/sevenths
-            return Fraction(Decimal(repr(value))).limit_denominator(1000)
+            return Fraction(_plain_decimal(repr(value))).limit_denominator(1000)
         if isinstance(value, str):
             text = value.strip()
             if "/" in text:
                 num, den = text.split("/", 1)
                 return Fraction(int(num), int(den))
-            return Fraction(Decimal(text)).limit_denominator(1000)
+            return Fraction(_plain_decimal(text)).limit_denominator(1000)
     except (ValueError, ZeroDivisionError, InvalidOperation):
         pass
     raise InvalidRequest(f"'gpus' must be a number such as 1, 0.5 or 1/4, not {value!r}.")
+
+
+def _plain_decimal(text: str) -> Decimal:
+    """A finite decimal of sensible size: 'inf' has no ratio, and '1e-999999999' would make
+    Fraction build a billion-digit denominator."""
+    number = Decimal(text)
+    if not number.is_finite() or abs(number.adjusted()) > 6:
+        raise ValueError(text)
+    return number
 
 
 def format_amount(amount: Fraction) -> str:

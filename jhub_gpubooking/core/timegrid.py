@@ -39,7 +39,10 @@ def parse_time(text: str, field: str = "time") -> datetime:
         raise InvalidRequest(
             f"'{field}' must include a time zone (Z or an offset such as +01:00): {text!r}."
         )
-    return parsed.astimezone(timezone.utc)
+    try:
+        return parsed.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 0001-01-01T00:00+01:00 is before year 1 in UTC
+        raise InvalidRequest(f"'{field}' is out of the supported range: {text!r}.") from None
 
 
 def format_time(when: datetime | None) -> str | None:
