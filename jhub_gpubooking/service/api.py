@@ -24,6 +24,8 @@ from .serialize import availability_json, booking_json, maintenance_json, pool_j
 
 #: How long a claim may wait for the Hub to say whether another server still runs.
 HUB_CHECK_TIMEOUT_SECONDS = 10
+#: Largest id any backend stores (32-bit signed integer columns); larger ids cannot exist.
+MAX_ROW_ID = 2**31 - 1
 #: Longest availability window one request may ask for (keeps responses small).
 MAX_AVAILABILITY_DAYS = 62
 
@@ -61,10 +63,12 @@ class APIHandler(BaseHandler):
     async def readable_booking(self, booking_id: str):
         """The booking if the caller may see it; 404 otherwise (others' bookings stay hidden)."""
         principal = self.require_principal()
-        try:
-            booking = await self.run_in_executor(self.store.get, int(booking_id))
-        except NotFound:
-            booking = None
+        booking = None
+        if int(booking_id) <= MAX_ROW_ID:
+            try:
+                booking = await self.run_in_executor(self.store.get, int(booking_id))
+            except NotFound:
+                pass
         if booking is None or not (principal.may_act_for(booking.user) or principal.is_spawner):
             raise refusal(404, f"There is no booking {booking_id} you can see.")
         return booking
@@ -278,6 +282,8 @@ class MaintenanceHandler(APIHandler):
     async def delete(self, window_id: str) -> None:
         self.require_admin()
         try:
+            if int(window_id) > MAX_ROW_ID:
+                raise NotFound("no such window")
             await self.run_in_executor(self.store.delete_maintenance, int(window_id))
         except NotFound:
             raise refusal(404, f"There is no maintenance window {window_id}.") from None

@@ -9,7 +9,6 @@ so the event loop never waits on the Hub) and then exposed as :attr:`BaseHandler
 from __future__ import annotations
 
 import json
-import traceback
 from dataclasses import dataclass
 from functools import partial
 from http.client import responses
@@ -215,8 +214,6 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
                 format_args = getattr(exception, "args", ())
                 if message and format_args and isinstance(exception, web.HTTPError):
                     message = message % format_args
-            if status_code >= 500 and not message:
-                self.log.error("Unhandled error: %s", "".join(traceback.format_exception(*exc_info)))
         if not message:
             message = responses.get(status_code, "Unknown HTTP error")
         self.set_header("Content-Type", "application/json; charset=UTF-8")

@@ -195,3 +195,30 @@ def test_generate_config_writes_a_loadable_commented_file(tmp_path):
     text = (tmp_path / "config.py").read_text()
     assert "# c.GPUBookingService.pools = []" in text
     assert "c.GPUBookingService.admin_groups" in text
+
+
+async def test_unexpected_errors_are_json_without_internals():
+    import httpx
+    from tornado import web
+    from tornado.httpserver import HTTPServer
+    from tornado.netutil import bind_sockets
+
+    from jhub_gpubooking.service.api import APIHandler
+
+    class FailingHandler(APIHandler):
+        async def prepare(self) -> None:
+            self._principal = None  # no Hub in this test
+
+        async def get(self) -> None:
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+
+    sockets = bind_sockets(0, "127.0.0.1")
+    server = HTTPServer(web.Application([("/fail", FailingHandler)]))
+    server.add_sockets(sockets)
+    try:
+        async with httpx.AsyncClient() as http:
+            response = await http.get(f"http://127.0.0.1:{sockets[0].getsockname()[1]}/fail")
+    finally:
+        server.stop()
+    assert response.status_code == 500
+    assert response.json() == {"status": 500, "message": "Internal Server Error"}
