@@ -38,10 +38,10 @@
     }
   }
 
-  /** Call the booking API; the _xsrf token lets cookie-authenticated writes through HubOAuth. */
+  /** Call the booking API with the login cookie. HubOAuth wants the _xsrf token on every
+   * fetch(), reads included: it only skips the check for plain page navigation. */
   async function api(method, path, body) {
-    const headers = { Accept: "application/json" };
-    if (method !== "GET") headers["X-XSRFToken"] = xsrfToken;
+    const headers = { Accept: "application/json", "X-XSRFToken": xsrfToken };
     const options = { method, headers, credentials: "same-origin" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -164,12 +164,19 @@
     return { left: `${left}%`, width: `${Math.max(0, right - left)}%` };
   }
 
-  function dayTicks() {
+  /** Axis marks at local midnights, or every few hours when the view spans three days or less. */
+  function axisTicks() {
+    const { start, end } = page.range;
+    const days = (end - start) / DAY_MS;
+    const everyHours = days <= 1 ? 2 : days <= 3 ? 6 : 24;
+    const tick = new Date(start);
+    tick.setHours(Math.floor(tick.getHours() / everyHours) * everyHours, 0, 0, 0);
     const ticks = [];
-    const day = new Date(page.range.start);
-    day.setHours(24, 0, 0, 0);
-    for (; day.getTime() < page.range.end; day.setDate(day.getDate() + 1)) {
-      ticks.push(day.getTime());
+    for (; tick.getTime() < end; tick.setHours(tick.getHours() + everyHours)) {
+      if (tick.getTime() > start) {
+        const label = tick.getHours() === 0 ? dayFormat.format(tick) : timeFormat.format(tick);
+        ticks.push({ at: tick.getTime(), label });
+      }
     }
     return ticks;
   }
@@ -178,7 +185,7 @@
     const free = formatGpus(interval.free_gpus, pool.slices_per_gpu).replace(/ GPUs?$/, "");
     const bookable = formatGpus(interval.largest_bookable, pool.slices_per_gpu);
     return `${pool.display_name}, ${formatSpan(parseUtc(interval.start), parseUtc(interval.end))}: `
-      + `${free} of ${pool.total_gpus} GPUs free, at most ${bookable} bookable at once.`;
+      + `${free} of ${pool.total_gpus} GPU${pool.total_gpus === 1 ? "" : "s"} free, at most ${bookable} bookable at once.`;
   }
 
   function describeSegment(event) {
@@ -200,7 +207,7 @@
 
   function chooseSegment(pool, interval, event) {
     const now = Date.now();
-    const start = Math.max(parseUtc(interval.start), floorSlot(now) + SLOT_MS);
+    const start = Math.max(parseUtc(interval.start), floorSlot(now));
     const end = Math.min(parseUtc(interval.end), start + HOUR_MS);
     fillBookingForm(pool.name, start, Math.max(end, start + SLOT_MS), interval.largest_bookable);
     document.querySelectorAll(".gb-seg.gb-selected").forEach((s) => s.classList.remove("gb-selected"));
@@ -226,7 +233,7 @@
         onclick: (event) => chooseSegment(pool, interval, event),
       }));
     });
-    dayTicks().forEach((tick) => track.append(el("span", { class: "gb-tick", style: position(tick, tick) })));
+    axisTicks().forEach((tick) => track.append(el("span", { class: "gb-tick", style: position(tick.at, tick.at) })));
 
     const mine = el("div", { class: "gb-mine-track", role: "list", "aria-label": `Your bookings in ${pool.display_name}` });
     for (const booking of page.myBookings) {
@@ -239,7 +246,7 @@
         dataset: { bookingId: booking.id },
       }));
     }
-    const details = [pool.gpu_model, `${pool.total_gpus} GPUs`, pool.backend !== "whole" ? `shared (${pool.backend})` : null];
+    const details = [pool.gpu_model, `${pool.total_gpus} GPU${pool.total_gpus === 1 ? "" : "s"}`, pool.backend !== "whole" ? `shared (${pool.backend})` : null];
     return el("div", { class: "gb-pool-row", dataset: { pool: pool.name } },
       el("div", { class: "gb-pool-label" },
         el("strong", {}, pool.display_name), el("br"),
@@ -249,13 +256,21 @@
 
   function renderAxis() {
     const axis = el("div", { class: "gb-axis", "aria-hidden": "true" });
-    dayTicks().forEach((tick) => axis.append(el("span", { class: "gb-tick", style: position(tick, tick) }, dayFormat.format(tick))));
+    axisTicks().forEach((tick) => axis.append(el("span", { class: "gb-tick", style: position(tick.at, tick.at) }, tick.label)));
     return el("div", { class: "gb-pool-row" }, el("div"), axis);
+  }
+
+  function fillRangeChoices() {
+    const days = [...new Set([1, 3, config.pageDays])].filter((n) => n <= config.pageDays);
+    const select = $("gb-range");
+    select.replaceChildren(...days.map((n) => el("option", { value: String(n) }, n === 1 ? "24 hours" : `${n} days`)));
+    select.value = String(config.pageDays);
+    select.addEventListener("change", () => loadTimeline().catch((error) => showLoadError(error)));
   }
 
   async function loadTimeline() {
     const start = floorSlot(Date.now());
-    page.range = { start, end: start + config.pageDays * DAY_MS };
+    page.range = { start, end: start + Number($("gb-range").value) * DAY_MS };
     const query = `start=${encodeURIComponent(toUtcIso(page.range.start))}&end=${encodeURIComponent(toUtcIso(page.range.end))}`;
     const availabilities = await Promise.all(page.pools.map(
       (pool) => api("GET", `pools/${encodeURIComponent(pool.name)}/availability?${query}`)));
@@ -412,6 +427,17 @@
     $("gb-feed-url").value = new URL(feed.url, window.location.href).href;
   }
 
+  /** The service keeps only a hash of the link, so it can show it once; after that, say so. */
+  async function showFeedOnce() {
+    try {
+      await loadFeed(false);
+    } catch (error) {
+      if (!(error instanceof ApiError && error.status === 409)) throw error;
+      $("gb-feed-url").placeholder = "Link hidden: reset it to get a new one";
+      $("gb-feed-feedback").textContent = error.message;
+    }
+  }
+
   function wireFeed() {
     const status = $("gb-feed-feedback");
     $("gb-feed-copy").addEventListener("click", async () => {
@@ -453,7 +479,8 @@
       return;
     }
     const rows = windows.sort(byStart).map((maintenanceWindow) => el("tr", { dataset: { windowId: maintenanceWindow.id } },
-      el("td", {}, maintenanceWindow.pool), el("td", {}, maintenanceWindow.node || "whole pool"),
+      el("td", {}, page.poolsByName.get(maintenanceWindow.pool)?.display_name ?? maintenanceWindow.pool),
+      el("td", {}, maintenanceWindow.node || "whole pool"),
       el("td", {}, formatSpan(parseUtc(maintenanceWindow.start), parseUtc(maintenanceWindow.end))), el("td", {}, maintenanceWindow.reason || ""),
       el("td", {}, el("button", {
         type: "button", class: "btn btn-sm btn-outline-danger",
@@ -514,6 +541,12 @@
     if (config.isAdmin) await loadAdmin();
   }
 
+  function showLoadError(error) {
+    const box = $("gb-load-error");
+    box.textContent = `The booking page could not load: ${error.message}`;
+    box.classList.remove("d-none");
+  }
+
   async function start() {
     $("gb-time-zone").textContent = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
     page.pools = await api("GET", "pools");
@@ -526,10 +559,12 @@
     const poolOptions = () => page.pools.map((pool) => el("option", { value: pool.name }, pool.display_name));
     $("gb-pool").replaceChildren(...poolOptions());
     $("gb-pool").addEventListener("change", () => fillAmounts(page.poolsByName.get($("gb-pool").value)));
-    const firstStart = floorSlot(Date.now()) + SLOT_MS;
+    // the running slot is still bookable ("book now")
+    const firstStart = floorSlot(Date.now());
     fillBookingForm(page.pools[0].name, firstStart, firstStart + HOUR_MS, 1);
     for (const id of ["gb-start", "gb-end", "gb-mw-start", "gb-mw-end"]) $(id)?.addEventListener("change", snapInput);
     $("gb-booking-form").addEventListener("submit", submitBooking);
+    fillRangeChoices();
     $("gb-mine-show-past").addEventListener("change", renderMyBookings);
     wireFeed();
     if (config.isAdmin) {
@@ -541,14 +576,10 @@
       $("gb-maintenance-form").addEventListener("submit", submitMaintenance);
       $("gb-all-show-past").addEventListener("change", loadAdmin);
     }
-    await Promise.all([refresh(), loadFeed(false)]);
+    await Promise.all([refresh(), showFeedOnce()]);
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    start().catch((error) => {
-      const box = $("gb-load-error");
-      box.textContent = `The booking page could not load: ${error.message}`;
-      box.classList.remove("d-none");
-    });
+    start().catch(showLoadError);
   });
 })();

@@ -1,0 +1,283 @@
+"""The reservation page in a real browser (Debian's Chromium through Playwright) on a real Hub.
+
+The browser runs in Europe/Berlin so the page's conversion between local inputs and the API's
+UTC times is exercised; each test books in its own window, so tests sharing the Hub never
+compete for capacity. Screenshots go to ``test-output/screenshots/`` for the docs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from conftest import RunningHub, start_booking_hub
+from jhub_gpubooking.core.timegrid import format_time
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+BROWSER_ZONE = "Europe/Berlin"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
+
+PAGE_POOLS = [
+    {"name": "a100", "display_name": "A100 80GB", "gpu_model": "NVIDIA A100", "gpu_memory_mib": 81920,
+     "nodes": {"node-a": 2, "node-b": 2}},
+    {"name": "shared", "display_name": "L40S shared", "gpu_model": "NVIDIA L40S", "gpu_memory_mib": 46068,
+     "backend": "hami", "slices_per_gpu": 4, "nodes": {"node-s": 1}},
+]
+
+
+class LocalWindows:
+    """Non-overlapping 2-hour windows from tomorrow 08:00 in the browser's zone, on the grid."""
+
+    def __init__(self) -> None:
+        zone = ZoneInfo(BROWSER_ZONE)
+        tomorrow = datetime.now(zone).date() + timedelta(days=1)
+        self.day0 = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 8, tzinfo=zone)
+        self.counter = itertools.count()
+
+    def next(self) -> tuple[datetime, datetime]:
+        start = self.day0 + timedelta(hours=3 * next(self.counter))
+        return start, start + timedelta(hours=2)
+
+
+windows = LocalWindows()
+
+
+def local_input(when: datetime) -> str:
+    """The value a datetime-local input shows for ``when`` in the browser's zone."""
+    return when.astimezone(ZoneInfo(BROWSER_ZONE)).strftime("%Y-%m-%dT%H:%M")
+
+
+def utc(when: datetime) -> str:
+    return format_time(when.astimezone(timezone.utc))
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    with start_booking_hub(tmp_path_factory.mktemp("page-hub"), pools=PAGE_POOLS) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not shutil.which(CHROMIUM):
+        reason = f"Chromium is not installed at {CHROMIUM}"
+        print(reason)
+        pytest.skip(reason)
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def context(browser):
+    context = browser.new_context(
+        timezone_id=BROWSER_ZONE, locale="en-GB", viewport={"width": 1280, "height": 900}
+    )
+    yield context
+    context.close()
+
+
+def open_page(context, hub: RunningHub, user: str):
+    """Log in at the Hub's own login form and land on the reservation page (via Hub OAuth)."""
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"{hub.public_url}{hub.hub_prefix}login?next={hub.service_prefix}")
+    page.fill("#username_input", user)
+    page.fill("#password_input", "correct-horse-battery")
+    page.click("#login_submit")
+    page.wait_for_url(hub.service_url)
+    page.wait_for_selector(".gb-pool-row[data-pool] .gb-seg")
+    return page
+
+
+def api_bookings(hub: RunningHub, user: str) -> dict[int, dict]:
+    response = hub.api(hub.user_token(user)).get("api/bookings", params={"user": user})
+    assert response.status_code == 200, response.text
+    return {booking["id"]: booking for booking in response.json()}
+
+
+def book_through_api(hub: RunningHub, user: str, pool: str, gpus, start: datetime, end: datetime) -> dict:
+    body = {"pool": pool, "gpus": gpus, "start": utc(start), "end": utc(end)}
+    response = hub.api(hub.user_token(user)).post("api/bookings", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def fill_booking_form(page, pool: str, amount_label: str, start: datetime, end: datetime, note=""):
+    page.select_option("#gb-pool", pool)
+    page.select_option("#gb-amount", label=amount_label)
+    page.fill("#gb-start", local_input(start))
+    page.fill("#gb-end", local_input(end))
+    page.fill("#gb-note", note)
+
+
+def screenshot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def test_user_books_a_share_and_sees_it_on_the_timeline_and_in_my_bookings(hub, context):
+    page = open_page(context, hub, "ada")
+    assert page.locator("#logout").get_attribute("href") == f"{hub.hub_prefix}logout"
+    assert page.get_by_role("link", name="Home").get_attribute("href") == f"{hub.hub_prefix}home"
+    assert page.locator("#gb-time-zone").inner_text() == BROWSER_ZONE
+    assert page.locator("#gb-admin").count() == 0
+    page.select_option("#gb-pool", "shared")
+    assert page.locator("#gb-amount option").all_inner_texts() == ["1/4 GPU", "1/2 GPU", "3/4 GPU", "1 GPU"]
+
+    start, end = windows.next()
+    fill_booking_form(page, "shared", "1/2 GPU", start, end, note="fine-tuning")
+    page.click("#gb-book-button")
+    feedback = page.locator("#gb-form-feedback.alert-success")
+    feedback.wait_for()
+    assert feedback.inner_text().startswith("Booked 1/2 GPU in L40S shared")
+
+    # the browser's local 08:00 Berlin reached the API as UTC
+    [booking] = [b for b in api_bookings(hub, "ada").values() if b["note"] == "fine-tuning"]
+    assert (booking["start"], booking["end"], booking["gpus"]) == (utc(start), utc(end), 0.5)
+
+    row = page.locator(f'#gb-my-bookings tr[data-booking-id="{booking["id"]}"]')
+    row.wait_for()
+    assert row.locator("time").first.get_attribute("datetime") == utc(start)
+    assert "1/2 GPU" in row.inner_text() and "upcoming" in row.inner_text()
+
+    shared_row = page.locator('.gb-pool-row[data-pool="shared"]')
+    assert shared_row.locator(f'.gb-mine[data-booking-id="{booking["id"]}"]').count() == 1
+    segment = shared_row.locator(f'.gb-seg[data-start="{utc(start)}"]')
+    assert segment.get_attribute("data-free") == "0.5"
+    segment.focus()
+    assert "1/2 of 1 GPU free" in page.locator("#gb-timeline-detail").inner_text()
+
+    # a shorter view zooms in: the same stretch, wider, with hour marks on the axis
+    width_in_week = segment.bounding_box()["width"]
+    page.select_option("#gb-range", "3")
+    page.wait_for_function("!document.querySelector('.gb-axis').textContent.includes('" +
+                           (start + timedelta(days=3)).strftime("%-d %b") + "')")
+    zoomed = shared_row.locator(f'.gb-seg[data-start="{utc(start)}"]')
+    assert zoomed.bounding_box()["width"] > 2 * width_in_week
+    assert re.search(r"\b(0[0-9]|1[0-9]|2[0-3]):00\b", page.locator(".gb-axis").inner_text())
+    screenshot(page, "reservation-page")
+
+
+def test_timeline_stretch_fills_the_form_and_arrow_keys_move_along_the_bar(hub, context):
+    page = open_page(context, hub, "ada")
+    first = page.locator('.gb-pool-row[data-pool="a100"] .gb-seg').first
+    first.focus()
+    first.press("Enter")
+    assert page.locator("#gb-pool").input_value() == "a100"
+    assert page.evaluate("document.activeElement.id") == "gb-amount"
+    book_through_api(hub, "bob", "a100", 1, *windows.next())
+    page.reload()
+    segments = page.locator('.gb-pool-row[data-pool="a100"] .gb-seg')
+    segments.first.focus()
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.dataset.start") == segments.nth(1).get_attribute("data-start")
+
+
+def test_refusal_is_explained_in_place_with_the_api_message(hub, context):
+    start, end = windows.next()
+    book_through_api(hub, "bob", "shared", 0.75, start, end)
+    refused = hub.api(hub.user_token("ada")).post(
+        "api/bookings", json={"pool": "shared", "gpus": 0.5, "start": utc(start), "end": utc(end)})
+    assert refused.status_code == 409
+
+    page = open_page(context, hub, "ada")
+    fill_booking_form(page, "shared", "1/2 GPU", start, end)
+    page.click("#gb-book-button")
+    alert = page.locator("#gb-form-feedback.alert-danger")
+    alert.wait_for()
+    assert alert.inner_text() == refused.json()["message"]
+    assert (alert.get_attribute("role"), alert.get_attribute("aria-live")) == ("alert", "assertive")
+    screenshot(page, "refusal-in-place")
+
+
+def test_user_extends_by_a_slot_picks_a_new_end_and_cancels(hub, context):
+    start, end = windows.next()
+    booking = book_through_api(hub, "ada", "a100", 1, start, end)
+    page = open_page(context, hub, "ada")
+    mine = page.locator("#gb-mine-feedback")
+
+    page.get_by_role("button", name=f"Extend booking {booking['id']} by 15 minutes").click()
+    page.wait_for_function("document.querySelector('#gb-mine-feedback').textContent.includes('now ends')")
+    assert api_bookings(hub, "ada")[booking["id"]]["end"] == utc(end + timedelta(minutes=15))
+
+    new_end = end + timedelta(minutes=45)
+    row = page.locator(f'#gb-my-bookings tr[data-booking-id="{booking["id"]}"]')
+    row.locator("summary").click()
+    page.get_by_label(f"New end of booking {booking['id']}").fill(local_input(new_end))
+    row.get_by_role("button", name="Save").click()
+    row.locator(f'time[datetime="{utc(new_end)}"]').wait_for()
+    assert api_bookings(hub, "ada")[booking["id"]]["end"] == utc(new_end)
+
+    row.get_by_role("button", name=re.compile(f"^Cancel booking {booking['id']} ")).click()
+    page.wait_for_function("document.querySelector('#gb-mine-feedback').textContent.includes('is cancelled')")
+    assert mine.inner_text() == f"Booking {booking['id']} is cancelled."
+    assert api_bookings(hub, "ada")[booking["id"]]["state"] == "cancelled"
+    assert row.count() == 0  # cancelled bookings are hidden unless asked for
+    page.check("#gb-mine-show-past")
+    assert "cancelled" in row.inner_text()
+
+
+def test_calendar_link_is_shown_once_and_can_be_reset(hub, context):
+    page = open_page(context, hub, "bob")
+    first_link = page.locator("#gb-feed-url").input_value()
+    assert first_link.startswith(f"{hub.service_url}feeds/")
+    page.reload()
+    page.wait_for_function("document.querySelector('#gb-feed-feedback').textContent.length > 0")
+    assert page.locator("#gb-feed-url").input_value() == ""
+    page.click("#gb-feed-reset")
+    page.wait_for_function("document.querySelector('#gb-feed-url').value.includes('/feeds/')")
+    new_link = page.locator("#gb-feed-url").input_value()
+    assert new_link != first_link
+    with hub.api() as anonymous:
+        assert anonymous.get(new_link).status_code == 200
+        assert anonymous.get(first_link).status_code == 404
+
+
+def test_admin_sees_all_bookings_and_blocks_a_node_for_maintenance(hub, context):
+    start, end = windows.next()
+    bobs = book_through_api(hub, "bob", "a100", 2, start, end)
+    node = bobs["placement"]["node"]
+    page = open_page(context, hub, "carol")  # a booking admin through the gpu-admins group
+    all_row = page.locator(f'#gb-all-bookings tr[data-booking-id="{bobs["id"]}"]')
+    all_row.wait_for()
+    assert all_row.locator("td").first.inner_text() == "bob"
+
+    page.select_option("#gb-mw-pool", "a100")
+    page.select_option("#gb-mw-node", node)
+    page.fill("#gb-mw-start", local_input(start - timedelta(hours=1)))
+    page.fill("#gb-mw-end", local_input(end))
+    page.fill("#gb-mw-reason", "driver update")
+    page.click("#gb-mw-create")
+    collision = page.locator(f'#gb-collisions tr[data-booking-id="{bobs["id"]}"]')
+    collision.wait_for()
+    assert "overlap" in page.locator("#gb-admin-feedback").inner_text()
+    windows_now = hub.api(hub.user_token("carol")).get("api/maintenance").json()
+    [created] = [w for w in windows_now if w["reason"] == "driver update"]
+    assert (created["pool"], created["node"], created["end"]) == ("a100", node, utc(end))
+    assert page.locator(f'#gb-maintenance-list tr[data-window-id="{created["id"]}"]').count() == 1
+    screenshot(page, "admin-maintenance")
+
+    collision.get_by_role("button", name=re.compile("^Force cancel")).click()
+    page.wait_for_function("document.querySelector('#gb-admin-feedback').textContent.includes('is cancelled')")
+    assert api_bookings(hub, "bob")[bobs["id"]]["state"] == "cancelled"
+
+    page.get_by_role("button", name=f"Delete maintenance window {created['id']}").click()
+    page.wait_for_function("document.querySelector('#gb-admin-feedback').textContent.includes('is deleted')")
+    remaining = hub.api(hub.user_token("carol")).get("api/maintenance").json()
+    assert created["id"] not in [w["id"] for w in remaining]
