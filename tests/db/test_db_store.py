@@ -365,9 +365,8 @@ def test_placement_reads_only_bookings_overlapping_the_request(store, engine):
     assert len(loaded) == 1  # bob's booking only, none of the 200 past ones
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_sqlite_plans_the_overlap_query_on_the_pool_end_start_index(engine):
-    if engine.dialect.name != "sqlite":
-        pytest.skip("EXPLAIN QUERY PLAN is SQLite's; the load-count test covers the others")
     with engine.connect() as connection:
         plan = connection.exec_driver_sql(
             'EXPLAIN QUERY PLAN SELECT * FROM bookings WHERE pool = ? AND "end" > ? '

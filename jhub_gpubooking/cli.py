@@ -1,0 +1,214 @@
+"""``jhub-gpubooking``: the administrator's command line.
+
+    jhub-gpubooking db upgrade [--db-url URL]     create / migrate the booking database
+    jhub-gpubooking db current [--db-url URL]     show its schema revision
+    jhub-gpubooking pools list [--config FILE]    pools from the service config (or the database)
+    jhub-gpubooking bookings list [--user U] [--state S] [--db-url URL]
+
+The database URL defaults to ``$GPUBOOKING_DB_URL`` or ``sqlite:///gpubooking.sqlite``. The
+service config is read with traitlets' loader, so this tool never imports the service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
+
+from .core.model import BookingState, Pool, format_amount
+from .core.timegrid import format_time
+from .db.session import (
+    DB_URL_ENV,
+    DEFAULT_DB_URL,
+    StaleSchema,
+    check_schema,
+    current_revision,
+    display_url,
+    head_revision,
+    make_engine,
+    make_session_factory,
+    upgrade,
+)
+
+#: The service's default config file name (GPUBookingService.config_file).
+DEFAULT_CONFIG_FILE = "jhub_gpubooking_service_config.py"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain left-aligned text table, one line per row."""
+    cells = [[str(value) for value in row] for row in rows]
+    widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, header in enumerate(headers)]
+    lines = [list(headers)] + cells
+    return "\n".join(
+        "  ".join(value.ljust(width) for value, width in zip(line, widths)).rstrip()
+        for line in lines
+    )
+
+
+def pools_from_config(path: str) -> list[Pool]:
+    """The pools of a service config file (``c.GPUBookingService.pools = [...]``)."""
+    directory, filename = os.path.split(os.path.abspath(path))
+    config = PyFileConfigLoader(filename, path=directory).load_config()
+    entries = config.GPUBookingService.get("pools", [])
+    return [Pool.from_config(entry) for entry in entries]
+
+
+def _pools_from_database(db_url: str) -> list[Pool]:
+    from sqlalchemy import select
+
+    from .db.models import PoolRow
+
+    engine = _checked_engine(db_url)
+    try:
+        with make_session_factory(engine)() as session:
+            return [Pool.from_config(row.config) for row in session.scalars(select(PoolRow))]
+    finally:
+        engine.dispose()
+
+
+def _checked_engine(db_url: str):
+    engine = make_engine(db_url)
+    try:
+        check_schema(engine)
+    except StaleSchema:
+        engine.dispose()
+        raise
+    return engine
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    revision = upgrade(args.db_url)
+    print(f"Database {display_url(args.db_url)} is at schema revision {revision} (head).")
+    return 0
+
+
+def cmd_db_current(args: argparse.Namespace) -> int:
+    current, head = current_revision(args.db_url), head_revision()
+    if current is None:
+        print(f"none (empty database; run: jhub-gpubooking db upgrade --db-url {args.db_url})")
+    elif current == head:
+        print(f"{current} (head)")
+    else:
+        print(f"{current} (head is {head}; run: jhub-gpubooking db upgrade --db-url {args.db_url})")
+    return 0
+
+
+def cmd_pools_list(args: argparse.Namespace) -> int:
+    if args.config:
+        pools = pools_from_config(args.config)
+    elif os.path.exists(DEFAULT_CONFIG_FILE):
+        pools = pools_from_config(DEFAULT_CONFIG_FILE)
+    else:
+        pools = _pools_from_database(args.db_url)
+    rows = [
+        (
+            pool.name,
+            pool.display_name,
+            pool.backend,
+            pool.total_gpus,
+            pool.slices_per_gpu,
+            ", ".join(f"{node}:{count}" for node, count in pool.nodes.items()),
+        )
+        for pool in pools
+    ]
+    print(format_table(("NAME", "DISPLAY NAME", "BACKEND", "GPUS", "SLICES/GPU", "NODES"), rows))
+    return 0
+
+
+def cmd_bookings_list(args: argparse.Namespace) -> int:
+    from .db.store import BookingStore
+
+    engine = _checked_engine(args.db_url)
+    try:
+        store = BookingStore(make_session_factory(engine), pools={})
+        bookings = store.list(user=args.user, state=args.state)
+        now = store.clock.now()
+    finally:
+        engine.dispose()
+    rows = [
+        (
+            booking.id,
+            booking.user,
+            booking.pool,
+            format_amount(booking.amount),
+            format_time(booking.start),
+            format_time(booking.end),
+            booking.state(now).value,
+            _where(booking),
+            "-" if booking.server is None else (booking.server or "(default)"),
+        )
+        for booking in bookings
+    ]
+    headers = ("ID", "USER", "POOL", "GPUS", "START", "END", "STATE", "PLACEMENT", "SERVER")
+    print(format_table(headers, rows))
+    return 0
+
+
+def _where(booking) -> str:
+    placement = booking.placement
+    if placement is None:
+        return "-"
+    return f"{placement.node}/{','.join(str(gpu) for gpu in placement.gpus)}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    database = argparse.ArgumentParser(add_help=False)
+    database.add_argument(
+        "--db-url",
+        default=os.environ.get(DB_URL_ENV, DEFAULT_DB_URL),
+        help=f"SQLAlchemy database URL or SQLite file path (default: ${DB_URL_ENV} or "
+        f"{DEFAULT_DB_URL}).",
+    )
+    parser = argparse.ArgumentParser(
+        prog="jhub-gpubooking", description="Administer the JupyterHub GPU booking service."
+    )
+    topics = parser.add_subparsers(dest="topic", required=True, metavar="{db,pools,bookings}")
+
+    db = topics.add_parser("db", help="the booking database schema").add_subparsers(
+        dest="action", required=True
+    )
+    db.add_parser("upgrade", parents=[database], help="create or migrate the schema").set_defaults(
+        run=cmd_db_upgrade
+    )
+    db.add_parser("current", parents=[database], help="show the schema revision").set_defaults(
+        run=cmd_db_current
+    )
+
+    pools = topics.add_parser("pools", help="configured GPU pools").add_subparsers(
+        dest="action", required=True
+    )
+    pools_list = pools.add_parser(
+        "list", parents=[database], help="list pools (from --config, else the database)"
+    )
+    pools_list.add_argument(
+        "--config",
+        help=f"the service's Python config file (default: ./{DEFAULT_CONFIG_FILE} if present)",
+    )
+    pools_list.set_defaults(run=cmd_pools_list)
+
+    bookings = topics.add_parser("bookings", help="bookings").add_subparsers(
+        dest="action", required=True
+    )
+    bookings_list = bookings.add_parser("list", parents=[database], help="list bookings")
+    bookings_list.add_argument("--user", help="only this user's bookings")
+    bookings_list.add_argument(
+        "--state", choices=[state.value for state in BookingState], help="only bookings in this state"
+    )
+    bookings_list.set_defaults(run=cmd_bookings_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (StaleSchema, ConfigFileNotFound, ValueError) as error:
+        print(f"jhub-gpubooking: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
