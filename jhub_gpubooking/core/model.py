@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import InvalidRequest
 
@@ -87,7 +88,7 @@ class Pool:
         object.__setattr__(self, "node_selector", dict(self.node_selector))
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "Pool":
+    def from_config(cls, config: Mapping[str, Any]) -> Pool:
         """Build a pool from a config dict (the service's ``pools`` trait entries)."""
         allowed = {
             "name", "nodes", "slices_per_gpu", "display_name", "gpu_model", "gpu_memory_mib",
@@ -247,7 +248,7 @@ class Booking:
     def overlaps(self, start: datetime, end: datetime) -> bool:
         return self.start < end and start < self.end
 
-    def with_changes(self, **changes: Any) -> "Booking":
+    def with_changes(self, **changes: Any) -> Booking:
         return replace(self, **changes)
 
 

@@ -15,10 +15,10 @@ GPUs, so untouched GPUs and nodes stay free for large whole-GPU bookings.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
-from typing import Iterable, Sequence
 
 from .errors import InvalidRequest, NoCapacity
 from .model import Booking, MaintenanceWindow, Placement, Pool, format_amount

@@ -12,10 +12,11 @@ nothing and a booking cut short costs only up to its new end.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .errors import Conflict, PolicyViolation
 from .model import Booking, BookingState, format_amount
@@ -23,7 +24,10 @@ from .timegrid import as_utc, ceil_to_grid
 
 PERIODS = ("week", "month")
 _PERIOD_DAYS = {"week": Fraction(7), "month": Fraction(36525, 1200)}  # a month on average
+# spelled out rather than strftime('%A'/'%B'), which follow the process locale
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December")
 _MINUTE_KEYS = ("min_minutes", "max_minutes", "cooldown_minutes")
 
 
@@ -86,7 +90,7 @@ class Policy:
             )
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "Policy":
+    def from_config(cls, config: Mapping[str, Any]) -> Policy:
         """Build a policy from a config dict, refusing keys it does not know."""
         _refuse_unknown_keys(config)
         return cls(**dict(config))
@@ -99,7 +103,7 @@ def _is_number(value: Any) -> bool:
     return value >= 0
 
 
-def _exact(value: int | float | Fraction) -> Fraction:
+def _exact(value: float | Fraction) -> Fraction:
     # floats from YAML/JSON become the decimal people wrote: 0.1 stays one tenth
     return Fraction(str(value)) if isinstance(value, float) else Fraction(value)
 
@@ -359,7 +363,7 @@ def _check_budget(policy: Policy, request: Booking, others: list[Booking], now: 
     elif period == "week":
         which = f"the week starting {_weekday_and_time(start)}"
     else:
-        which = f"the month of {start:%Y-%m}"
+        which = f"{_MONTHS[start.month - 1]} {start.year}"
     state = "is used up" if used >= budget else "is too small for this booking"
     refills = f"; it refills on {_weekday_and_time(refill)}" if refill > as_utc(now) else ""
     raise PolicyViolation(
@@ -433,5 +437,4 @@ def _span(start: datetime, end: datetime) -> str:
 
 
 def _weekday_and_time(moment: datetime) -> str:
-    # not strftime('%A'): that follows the process locale
     return f"{_WEEKDAYS[moment.weekday()]} {_when(moment)}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import pytest
 from hypothesis import event, given, settings
@@ -200,7 +200,7 @@ def test_availability_matches_every_hour(scenario, window):
     start, end = window
     intervals_found = availability(pool, bookings, hour(start), hour(end), maintenance)
     assert intervals_found[0].start == hour(start) and intervals_found[-1].end == hour(end)
-    for before, after in zip(intervals_found, intervals_found[1:]):
+    for before, after in pairwise(intervals_found):
         assert before.end == after.start
         assert (before.free_gpus, before.largest_bookable) != (
             after.free_gpus, after.largest_bookable

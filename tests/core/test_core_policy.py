@@ -21,7 +21,6 @@ from jhub_gpubooking.core.policy import (
     period_bounds,
 )
 
-
 #: "now" in the rule tests, also usable in parametrize lists (fixtures are not)
 DAY_9 = datetime(2026, 11, 22, 9, tzinfo=timezone.utc)
 
@@ -193,8 +192,8 @@ def test_the_merged_policy_allows_whatever_one_group_allows(
         ({"max_minutes": 90}, 10, 35.75, 1, "a100", "max_minutes",
          "Bookings can be at most 1 hour 30 minutes long; this one is 1 day 1 hour 45 minutes."),
         ({"max_days_ahead": 14}, 24 * 20 + 14, 24 * 20 + 15, 1, "a100", "max_days_ahead",
-         "Bookings can start at most 14 days ahead (until 2026-12-06 09:00 UTC); "
-         "this one starts 2026-12-12 14:00 UTC."),
+         ("Bookings can start at most 14 days ahead (until 2026-12-06 09:00 UTC); "
+         "this one starts 2026-12-12 14:00 UTC.")),
     ],
 )
 def test_each_limit_refuses_with_its_own_sentence(
@@ -299,8 +298,8 @@ def test_budget_used_up_names_used_needed_and_refill(at):
     violation = refusal(policy, _booking("a100", "0.5", at(20), at(23)), others, at(9))
     assert (violation.rule, violation.message) == (
         "budget_gpu_hours",
-        "Your GPU-hour budget for this week is used up: 10.0 of 10 GPU-hours booked, "
-        "1.5 needed; it refills on Monday 2026-11-23 00:00 UTC.",
+        ("Your GPU-hour budget for this week is used up: 10.0 of 10 GPU-hours booked, "
+        "1.5 needed; it refills on Monday 2026-11-23 00:00 UTC."),
     )
     # the same booking a day later falls into next week's fresh budget
     check_booking(policy, _booking("a100", "0.5", at(24 + 20), at(24 + 23)), others, at(9))
@@ -313,7 +312,7 @@ def test_budget_of_a_later_month_is_named_by_its_month(at):
     request = _booking("a100", "0.5", december + timedelta(hours=5), december + timedelta(hours=8))
     violation = refusal(policy, request, others, at(9))
     assert violation.message == (
-        "Your GPU-hour budget for the month of 2026-12 is too small for this booking: "
+        "Your GPU-hour budget for December 2026 is too small for this booking: "
         "3.0 of 4 GPU-hours booked, 1.5 needed; it refills on Friday 2027-01-01 00:00 UTC."
     )
 

@@ -98,12 +98,12 @@ def test_parse_time_converts_offsets_to_utc():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("2026-11-22T14:00:00", "'start' must include a time zone (Z or an offset such as "
-                                "+01:00): '2026-11-22T14:00:00'."),
-        ("tomorrow", "'start' is not a valid ISO 8601 time: 'tomorrow' "
-                     "(expected e.g. 2026-11-22T14:00:00Z)."),
-        ("0001-01-01T00:00:00+01:00", "'start' is out of the supported range: "
-                                      "'0001-01-01T00:00:00+01:00'."),
+        ("2026-11-22T14:00:00", ("'start' must include a time zone (Z or an offset such as "
+                                "+01:00): '2026-11-22T14:00:00'.")),
+        ("tomorrow", ("'start' is not a valid ISO 8601 time: 'tomorrow' "
+                     "(expected e.g. 2026-11-22T14:00:00Z).")),
+        ("0001-01-01T00:00:00+01:00", ("'start' is out of the supported range: "
+                                      "'0001-01-01T00:00:00+01:00'.")),
     ],
 )
 def test_parse_time_refusals(text, message):
