@@ -198,6 +198,12 @@ def checked_profile(profiles: list[dict], gpu: dict[str, dict], saved: str | Non
 class GPUBookingSpawner(KubeSpawner):
     """KubeSpawner whose GPU profiles start only on the user's active booking."""
 
+    #: Booking claimed for this server (persisted in the Hub's state), to release at stop.
+    _claimed_booking_id: int | None = None
+    #: The refusal of the current start, repeated in the progress stream.
+    _booking_refusal_message: str | None = None
+    _release_task: asyncio.Future | None = None
+
     booking_api_url = Unicode(
         "",
         config=True,
@@ -267,8 +273,10 @@ class GPUBookingSpawner(KubeSpawner):
 
     @default("booking_page_url")
     def _booking_page_url_default(self) -> str:
-        # Like JupyterHub's own JUPYTERHUB_BASE_URL: the Hub prefix minus its trailing "hub/"
-        base_url = self.hub.base_url[: -len("hub/")] if self.hub else "/"
+        # Derived like JupyterHub's own JUPYTERHUB_BASE_URL: the Hub's prefix is the base URL
+        # plus "hub/", and services live next to it under the base URL.
+        hub_prefix = self.hub.base_url if self.hub else "/"
+        base_url = hub_prefix[: -len("hub/")] if hub_prefix.endswith("/hub/") else hub_prefix
         return url_path_join(base_url, "services", self.booking_service_name) + "/"
 
     @default("options_form")
@@ -293,12 +301,12 @@ class GPUBookingSpawner(KubeSpawner):
 
     async def _pools_and_bookings(self, *, with_upcoming: bool):
         """Pools by name and the user's active (and upcoming) bookings, as the service sees them."""
-        client = self._booking_client()
         if not self.booking_api_url:
             raise BookingServiceUnavailable("GPUBookingSpawner.booking_api_url is not set")
+        client = self._booking_client()
         requests = [client.pools(), client.active_bookings(self.user.name)]
         if with_upcoming:
-            requests.append(client.upcoming_bookings(self.user.name))
+            requests.append(self._upcoming_bookings(client))
         try:
             pools, active, *upcoming = await asyncio.gather(*requests)
         except BookingRefused as refused:
@@ -306,9 +314,18 @@ class GPUBookingSpawner(KubeSpawner):
             raise BookingServiceUnavailable(f"booking service refused: {refused}") from refused
         return {pool["name"]: pool for pool in pools}, active, upcoming[0] if upcoming else []
 
+    async def _upcoming_bookings(self, client: BookingClient) -> list[dict]:
+        # only a hint in the chooser ("Next: …"), so its failure must not hide the rest
+        try:
+            return await client.upcoming_bookings(self.user.name)
+        except (BookingRefused, BookingServiceUnavailable) as error:
+            self.log.warning("Chooser for %s without upcoming bookings: %s", self._log_name, error)
+            return []
+
     # ---------------------------------------------------------------- the chooser
 
     async def _render_booking_chooser(self, spawner: "GPUBookingSpawner") -> str:
+        """The options form; JupyterHub calls it with the spawner itself, i.e. ``self``."""
         profiles = await self._initialized_profiles()
         if not profiles:
             return ""
@@ -365,16 +382,19 @@ class GPUBookingSpawner(KubeSpawner):
         """
         self._booking_refusal_message = None
         try:
-            profiles = await self._initialized_profiles()
-            if not profiles:
-                await super().load_user_options()
-                return
-            profile = self._chosen_profile(profiles)
-            pool_name = profile.get("gpu_pool")
-            claimed = await self._claim_booking(pool_name) if pool_name else None
+            await self._load_checked_options()
         except web.HTTPError as refusal:
             self._booking_refusal_message = getattr(refusal, "jupyterhub_message", None)
             raise
+
+    async def _load_checked_options(self) -> None:
+        profiles = await self._initialized_profiles()
+        if not profiles:
+            await super().load_user_options()
+            return
+        profile = self._chosen_profile(profiles)
+        pool_name = profile.get("gpu_pool")
+        claimed = await self._claim_booking(pool_name) if pool_name else None
         try:
             self._load_profile(profile["slug"], profiles)
             if claimed:
@@ -442,7 +462,8 @@ class GPUBookingSpawner(KubeSpawner):
                 first_conflict = first_conflict or (candidate, refused)
                 continue
             self._claimed_booking_id = claimed["id"]
-            return pool_from_json(pool), booking_from_json(claimed, pool_from_json(pool))
+            core_pool = pool_from_json(pool)
+            return core_pool, booking_from_json(claimed, core_pool)
         candidate, refused = first_conflict
         holder = candidate.get("server")
         raise booking_refusal(
@@ -455,14 +476,24 @@ class GPUBookingSpawner(KubeSpawner):
 
     def _apply_booking(self, pool: Pool, booking: Booking) -> None:
         """Merge the booked share into the traits KubeSpawner builds the pod from."""
-        settings = booking_pod_settings(
-            pool,
-            booking,
-            now=SystemClock().now(),
-            grace_seconds=self.deadline_grace_seconds,
-            priority_class_name=self.booked_priority_class_name,
-            backends=self.gpu_backends,
-        )
+        try:
+            settings = booking_pod_settings(
+                pool,
+                booking,
+                now=SystemClock().now(),
+                grace_seconds=self.deadline_grace_seconds,
+                priority_class_name=self.booked_priority_class_name,
+                backends=self.gpu_backends,
+            )
+        except ValueError as misconfigured:
+            # the detail is for the administrator (logs), the user gets one sentence
+            self.log.error("GPU pool %s cannot configure a pod: %s", pool.name, misconfigured)
+            raise booking_refusal(
+                f"The {pool.gpu_model or pool.display_name} GPU pool is misconfigured, so its "
+                "servers cannot start; please tell your JupyterHub administrator.",
+                reason="gpu_pool_misconfigured",
+                status_code=500,
+            ) from misconfigured
         settings.apply_to(self)
         self.log.info(
             "%s starts on booking %s: %s of pool %s on node %s",
@@ -474,10 +505,6 @@ class GPUBookingSpawner(KubeSpawner):
         )
 
     # ---------------------------------------------------------------- lifecycle
-
-    _claimed_booking_id: int | None = None
-    _booking_refusal_message: str | None = None
-    _release_task: asyncio.Future | None = None
 
     def start(self):
         start_future = super().start()

@@ -216,3 +216,17 @@ def test_every_own_option_has_help():
     }
     for name in own:
         assert len(GPUBookingSpawner.class_traits()[name].help.split()) >= 5, name
+
+
+async def test_chooser_without_upcoming_bookings_still_shows_active_ones(
+    make_spawner, booking_service, make_booking
+):
+    booking_service.active = [make_booking(1)]
+    booking_service.upcoming = None  # the service refuses the list to the spawner
+    page = BeautifulSoup(await make_spawner().get_options_form(), "html.parser")
+    assert not radio(page, "a100").has_attr("disabled")
+    assert card(page, "a100").find(class_="gpu-booking-share").get_text() == "0.5 × A100"
+    t4_line = card(page, "t4").find(class_="gpu-booking")
+    assert radio(page, "t4").has_attr("disabled")
+    assert "Next:" not in t4_line.get_text()
+    assert t4_line.find("a")["href"] == "/lab/services/gpu-booking/"

@@ -228,8 +228,11 @@ async def test_failure_after_claim_releases_the_booking(make_spawner, booking_se
 
     booking_service.active = [make_booking(51)]
     spawner = make_spawner({"profile": "a100"}, gpu_backends={"hami": broken_backend})
-    with pytest.raises(ValueError, match="device plugin"):
-        await spawner.load_user_options()
+    error = await refusal_of(spawner)
+    assert shown_message(error) == (
+        "The A100 GPU pool is misconfigured, so its servers cannot start; "
+        "please tell your JupyterHub administrator."
+    )
     assert booking_service.claims == [
         ("/services/gpu-booking/api/bookings/51/claim", {"server": ""}),
         ("/services/gpu-booking/api/bookings/51/release", {"server": ""}),
