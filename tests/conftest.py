@@ -33,9 +33,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -152,7 +152,9 @@ class RunningHub:
         # don't follow the Hub's redirect to /hub/spawn: no single-user server is wanted here
         login = client.post(login_url, data=data, follow_redirects=False)
         if login.status_code != 302:
-            raise RuntimeError(f"Hub login of {name} failed: {login.status_code} {login.text[:200]}")
+            raise RuntimeError(
+                f"Hub login of {name} failed: {login.status_code} {login.text[:200]}"
+            )
         page = client.get(self.service_url)
         page.raise_for_status()
         # HubOAuth names its cookie after the OAuth client id: service-<service name>
@@ -163,7 +165,9 @@ class RunningHub:
     def xsrf_headers(self, client: httpx.Client) -> dict[str, str]:
         """The header carrying the service's ``_xsrf`` cookie value, for cookie-authenticated writes."""
         for cookie in client.cookies.jar:
-            if cookie.name == "_xsrf" and cookie.path.rstrip("/") == self.service_prefix.rstrip("/"):
+            if cookie.name == "_xsrf" and cookie.path.rstrip("/") == self.service_prefix.rstrip(
+                "/"
+            ):
                 return {"X-XSRFToken": cookie.value}
         raise RuntimeError("the service set no _xsrf cookie")
 
@@ -181,8 +185,14 @@ def hub_config(
     service_config_path: Path,
 ) -> str:
     """The jupyterhub_config.py of the test Hub (documents the service's Hub-side setup)."""
-    service_command = [sys.executable, "-m", "jhub_gpubooking.service", "--config",
-                       str(service_config_path), "--upgrade-db"]
+    service_command = [
+        sys.executable,
+        "-m",
+        "jhub_gpubooking.service",
+        "--config",
+        str(service_config_path),
+        "--upgrade-db",
+    ]
     return textwrap.dedent(f"""
         c.JupyterHub.ip = "127.0.0.1"
         c.JupyterHub.port = {public_port}
@@ -289,10 +299,16 @@ def start_booking_hub(
     """Run a Hub + proxy + booking service in ``directory``; stop everything on exit."""
     directory.mkdir(parents=True, exist_ok=True)
     db_url = db_url or "sqlite:///" + str(directory / "bookings.sqlite")
-    ports = dict(public_port=free_port(), hub_port=free_port(), proxy_api_port=free_port(),
-                 service_port=free_port())
+    ports = dict(
+        public_port=free_port(),
+        hub_port=free_port(),
+        proxy_api_port=free_port(),
+        service_port=free_port(),
+    )
     config_path = directory / "gpubooking_service_config.py"
-    config_path.write_text(service_config(db_url, pools or DEFAULT_TEST_POOLS, extra_service_config))
+    config_path.write_text(
+        service_config(db_url, pools or DEFAULT_TEST_POOLS, extra_service_config)
+    )
     (directory / "jupyterhub_config.py").write_text(
         hub_config(directory=directory, service_config_path=config_path, **ports)
     )
@@ -334,7 +350,9 @@ def postgres_reachable() -> str | None:
     try:
         import psycopg
 
-        with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3):
+        with psycopg.connect(
+            "host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3
+        ):
             return None
     except Exception as error:  # any failure means: skip, and say why
         return f"PostgreSQL on 127.0.0.1:5432 is unreachable: {error}"

@@ -12,9 +12,9 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from jupyterhub.utils import url_path_join, url_escape_path
 
 from ..core.errors import NotFound
 from ..core.model import BookingState, parse_amount
@@ -34,7 +34,9 @@ class APIHandler(BaseHandler):
     """JSON endpoints: never redirect to a login page, answer 403 instead."""
 
     def get_login_url(self) -> str:
-        raise web.HTTPError(403, "Authentication required: log in to JupyterHub or send a Hub API token.")
+        raise web.HTTPError(
+            403, "Authentication required: log in to JupyterHub or send a Hub API token."
+        )
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
@@ -93,7 +95,9 @@ class AvailabilityHandler(APIHandler):
         if end <= start:
             raise refusal(400, "'end' must be after 'start'.")
         if end - start > timedelta(days=MAX_AVAILABILITY_DAYS):
-            raise refusal(400, f"Availability can be asked for at most {MAX_AVAILABILITY_DAYS} days at once.")
+            raise refusal(
+                400, f"Availability can be asked for at most {MAX_AVAILABILITY_DAYS} days at once."
+            )
         intervals = await self.run_in_executor(self.store.availability, pool.name, start, end)
         self.write_json(availability_json(pool, start, end, slot, intervals))
 
@@ -121,7 +125,9 @@ class BookingsHandler(APIHandler):
 
     async def post(self) -> None:
         principal = self.require_principal()
-        body = self.json_body({"pool", "gpus", "start", "end", "note", "user"}, ("pool", "gpus", "start", "end"))
+        body = self.json_body(
+            {"pool", "gpus", "start", "end", "note", "user"}, ("pool", "gpus", "start", "end")
+        )
         user = body.get("user", principal.name if principal.is_user else None)
         if not isinstance(user, str) or not user:
             raise refusal(400, "'user' must be a Hub user name.")
@@ -188,7 +194,9 @@ class ClaimHandler(APIHandler):
     def server_name(self) -> str:
         principal = self.require_principal()
         if not (principal.is_spawner or principal.is_admin):
-            raise refusal(403, f"Only the Hub's spawner or an administrator may {self.action} bookings.")
+            raise refusal(
+                403, f"Only the Hub's spawner or an administrator may {self.action} bookings."
+            )
         body = self.json_body({"server"}, ("server",))
         if not isinstance(body["server"], str):
             raise refusal(400, "'server' must be a server name (\"\" for the default server).")
@@ -218,7 +226,9 @@ class ClaimHandler(APIHandler):
             future = asyncio.run_coroutine_threadsafe(check, loop)
             return future.result(timeout=HUB_CHECK_TIMEOUT_SECONDS)
 
-        claimed = await self.run_in_executor(self.store.claim, booking.id, server, is_running=is_running)
+        claimed = await self.run_in_executor(
+            self.store.claim, booking.id, server, is_running=is_running
+        )
         self.write_json(self.booking_model(claimed))
 
 
@@ -236,7 +246,10 @@ class ActiveBookingsHandler(APIHandler):
     async def get(self, user: str) -> None:
         principal = self.require_principal()
         if not (principal.may_act_for(user) or principal.is_spawner):
-            raise refusal(403, "Only the user themself, an administrator or the Hub's spawner may see these bookings.")
+            raise refusal(
+                403,
+                "Only the user themself, an administrator or the Hub's spawner may see these bookings.",
+            )
         bookings = await self.run_in_executor(self.store.active_for_user, user)
         self.write_json([self.booking_model(b) for b in bookings])
 
@@ -246,8 +259,10 @@ class MaintenanceListHandler(APIHandler):
         self.require_principal()
         pool = self.get_argument("pool", None) or None
         windows = await self.run_in_executor(
-            self.store.list_maintenance, pool=pool,
-            start=self.time_argument("start"), end=self.time_argument("end"),
+            self.store.list_maintenance,
+            pool=pool,
+            start=self.time_argument("start"),
+            end=self.time_argument("end"),
         )
         self.write_json([maintenance_json(w) for w in windows])
 
@@ -304,4 +319,3 @@ def api_routes() -> list[tuple[str, type[web.RequestHandler]]]:
         ("api/maintenance", MaintenanceListHandler),
         ("api/maintenance/{window_id}", MaintenanceHandler),
     ]
-

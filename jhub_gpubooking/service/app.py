@@ -136,9 +136,10 @@ class GPUBookingService(Application):
 
     @default("service_prefix")
     def _default_service_prefix(self) -> str:
-        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or url_path_join(
-            self.hub_base_url, "services", self.service_name
-        ) + "/"
+        return (
+            os.environ.get("JUPYTERHUB_SERVICE_PREFIX")
+            or url_path_join(self.hub_base_url, "services", self.service_name) + "/"
+        )
 
     @validate("service_prefix", "hub_base_url")
     def _slashes_around(self, proposal) -> str:
@@ -152,9 +153,9 @@ class GPUBookingService(Application):
     def _default_hub_base_url(self) -> str:
         return os.environ.get("JUPYTERHUB_BASE_URL") or "/"
 
-    hub_api_url = Unicode(
-        help="The Hub's REST API URL (default: $JUPYTERHUB_API_URL)."
-    ).tag(config=True)
+    hub_api_url = Unicode(help="The Hub's REST API URL (default: $JUPYTERHUB_API_URL).").tag(
+        config=True
+    )
 
     @default("hub_api_url")
     def _default_hub_api_url(self) -> str:
@@ -204,9 +205,7 @@ class GPUBookingService(Application):
     page_days = Integer(
         7, help="Days shown at once on the reservation page and by default in availability."
     ).tag(config=True)
-    page_title = Unicode(
-        "GPU bookings", help="Title of the reservation page."
-    ).tag(config=True)
+    page_title = Unicode("GPU bookings", help="Title of the reservation page.").tag(config=True)
     page_announcement = Unicode(
         "", help="Text shown at the top of the reservation page (e.g. maintenance notices)."
     ).tag(config=True)
@@ -325,13 +324,18 @@ class GPUBookingService(Application):
         self.metrics.observe_request(route, handler.request.method, status, seconds)
         level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
         # log the route template, not the path: secret feed tokens must not reach the logs
-        access_log.log(level, "%d %s %s %.1fms", status, handler.request.method, route, seconds * 1e3)
+        access_log.log(
+            level, "%d %s %s %.1fms", status, handler.request.method, route, seconds * 1e3
+        )
 
     def make_routes(self) -> list:
         prefix = self.service_prefix
         routes = [
-            web.url(url_path_join(prefix, template_to_pattern(template)), handler,
-                    {"route_template": template})
+            web.url(
+                url_path_join(prefix, template_to_pattern(template)),
+                handler,
+                {"route_template": template},
+            )
             for template, handler in service_routes()
         ]
         routes.append((url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler))
@@ -363,7 +367,9 @@ class GPUBookingService(Application):
         self.metrics = ServiceMetrics()
         self.store = self.open_store()
         self.hub_auth = self.make_hub_auth()
-        self.executor = ThreadPoolExecutor(self.executor_threads, thread_name_prefix="gpubooking-db")
+        self.executor = ThreadPoolExecutor(
+            self.executor_threads, thread_name_prefix="gpubooking-db"
+        )
         self.tornado_app = web.Application(self.make_routes(), **self.make_tornado_settings())
 
     def start(self) -> None:
@@ -391,7 +397,9 @@ class GPUBookingService(Application):
         server.listen(listen.port or 80, listen.hostname or "127.0.0.1")
         self.log.info(
             "GPU booking service %s listening on %s (prefix %s)",
-            self.service_name, self.service_url, self.service_prefix,
+            self.service_name,
+            self.service_url,
+            self.service_prefix,
         )
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

@@ -9,10 +9,11 @@ so the event loop never waits on the Hub) and then exposed as :attr:`BaseHandler
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from http.client import responses
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join

@@ -8,7 +8,7 @@ revokes old links.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from icalendar import Calendar, Event
 
@@ -30,7 +30,9 @@ def booking_event(booking: Booking, pool: Pool | None, uid_domain: str, page_url
     event.add("dtend", as_utc(booking.end))
     event.add("dtstamp", as_utc(booking.updated or booking.created or booking.start))
     event.add("status", "CANCELLED" if booking.status == "cancelled" else "CONFIRMED")
-    description = [f"Booking {booking.id}: {format_amount(booking.amount)} GPU in pool {booking.pool}."]
+    description = [
+        f"Booking {booking.id}: {format_amount(booking.amount)} GPU in pool {booking.pool}."
+    ]
     if booking.placement is not None:
         description.append(f"Node {booking.placement.node}, GPU(s) {list(booking.placement.gpus)}.")
     if booking.note:
@@ -54,7 +56,9 @@ def bookings_calendar(
     calendar.add("version", "2.0")
     calendar.add("x-wr-calname", f"GPU bookings of {user}")
     for booking in sorted(bookings, key=lambda b: (b.start, b.id or 0)):
-        calendar.add_component(booking_event(booking, pools.get(booking.pool), uid_domain, page_url))
+        calendar.add_component(
+            booking_event(booking, pools.get(booking.pool), uid_domain, page_url)
+        )
     return calendar.to_ical()
 
 
@@ -89,7 +93,10 @@ class SecretFeedHandler(CalendarMixin, BaseHandler):
     async def get(self, token: str) -> None:
         user = await self.run_in_executor(self.store.user_for_feed_token, token)
         if user is None:
-            raise refusal(404, "This calendar link is unknown or was reset; get a new one from the booking page.")
+            raise refusal(
+                404,
+                "This calendar link is unknown or was reset; get a new one from the booking page.",
+            )
         await self.write_calendar(user)
 
 
@@ -116,4 +123,3 @@ def feed_routes() -> list[tuple[str, type]]:
         ("api/users/{user}/feed-token", FeedTokenHandler),
         ("feeds/{token}.ics", SecretFeedHandler),
     ]
-

@@ -8,9 +8,9 @@ prometheus_client's global registry.
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections.abc import Iterable
 from datetime import datetime
 from fractions import Fraction
-from typing import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -98,4 +98,3 @@ class ServiceMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
         return generate_latest(self.registry)
-

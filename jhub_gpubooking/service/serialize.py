@@ -50,7 +50,9 @@ def pool_json(pool: Pool) -> dict:
     }
 
 
-def availability_json(pool: Pool, start: datetime, end: datetime, slot_minutes: int, intervals) -> dict:
+def availability_json(
+    pool: Pool, start: datetime, end: datetime, slot_minutes: int, intervals
+) -> dict:
     return {
         "pool": pool.name,
         "start": format_time(start),

@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
+from conftest import RunningHub, new_postgres_database, postgres_reachable, start_booking_hub
 from icalendar import Calendar
 
-from conftest import RunningHub, new_postgres_database, postgres_reachable, start_booking_hub
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
 
 pytestmark = pytest.mark.e2e
@@ -72,8 +72,12 @@ def book_now(hub: RunningHub, user: str = "ada") -> dict:
     """An active booking (starting in the current slot) on the quarter-GPU pool."""
     now = datetime.now(timezone.utc)
     start = floor_to_grid(now, 15)
-    body = {"pool": "shared", "gpus": 0.25, "start": format_time(start),
-            "end": format_time(start + timedelta(hours=1))}
+    body = {
+        "pool": "shared",
+        "gpus": 0.25,
+        "start": format_time(start),
+        "end": format_time(start + timedelta(hours=1)),
+    }
     response = client(hub, user).post("api/bookings", json=body)
     assert response.status_code == 201, response.text
     return response.json()
@@ -93,9 +97,11 @@ def test_booking_round_trip(hub):
     assert created["start"].endswith("Z") and created["placement"]["node"] in {"node-a", "node-b"}
     booking_url = f"api/bookings/{created['id']}"
     assert ada.get(booking_url).json() == created
-    assert created["id"] in [b["id"] for b in ada.get("api/bookings", params={"state": "upcoming"}).json()]
+    assert created["id"] in [
+        b["id"] for b in ada.get("api/bookings", params={"state": "upcoming"}).json()
+    ]
 
-    shorter = (datetime.fromisoformat(created["end"].replace("Z", "+00:00")) - timedelta(hours=1))
+    shorter = datetime.fromisoformat(created["end"].replace("Z", "+00:00")) - timedelta(hours=1)
     patched = ada.patch(booking_url, json={"end": format_time(shorter)})
     assert patched.status_code == 200, patched.text
     assert patched.json()["end"] == format_time(shorter)
@@ -109,18 +115,32 @@ def test_unknown_and_missing_fields_are_named(hub):
     start, end = windows.next()
     ada = client(hub, "ada")
     body = {"pool": "a100", "gpus": 1, "start": start, "end": end, "color": "red", "owner": "x"}
-    assert error(ada.post("api/bookings", json=body), 400).startswith("Unknown field(s): color, owner;")
-    assert error(ada.post("api/bookings", json={"pool": "a100"}), 400) == "Missing field(s): gpus, start, end."
-    assert error(ada.post("api/bookings", content=b"[1]"), 400) == "The request body must be a JSON object."
+    assert error(ada.post("api/bookings", json=body), 400).startswith(
+        "Unknown field(s): color, owner;"
+    )
+    assert (
+        error(ada.post("api/bookings", json={"pool": "a100"}), 400)
+        == "Missing field(s): gpus, start, end."
+    )
+    assert (
+        error(ada.post("api/bookings", content=b"[1]"), 400)
+        == "The request body must be a JSON object."
+    )
 
 
 def test_refusals_are_one_clear_sentence(hub):
     ada = client(hub, "ada")
     start, end = windows.next()
     off_grid = start.replace(":00:00Z", ":07:00Z")
-    message = error(ada.post("api/bookings", json={"pool": "a100", "gpus": 1, "start": off_grid, "end": end}), 400)
+    message = error(
+        ada.post("api/bookings", json={"pool": "a100", "gpus": 1, "start": off_grid, "end": end}),
+        400,
+    )
     assert "grid" in message or "15" in message
-    message = error(ada.post("api/bookings", json={"pool": "shared", "gpus": 0.3, "start": start, "end": end}), 400)
+    message = error(
+        ada.post("api/bookings", json={"pool": "shared", "gpus": 0.3, "start": start, "end": end}),
+        400,
+    )
     assert "not bookable" in message
     assert "no GPU pool named 'h100'" in error(
         ada.post("api/bookings", json={"pool": "h100", "gpus": 1, "start": start, "end": end}), 404
@@ -140,7 +160,9 @@ def test_full_capacity_is_a_409_naming_what_is_left(hub):
 def test_only_admins_book_for_others(hub):
     start, end = windows.next()
     body = {"pool": "a100", "gpus": 1, "start": start, "end": end, "user": "ada"}
-    assert "Only booking administrators" in error(client(hub, "bob").post("api/bookings", json=body), 403)
+    assert "Only booking administrators" in error(
+        client(hub, "bob").post("api/bookings", json=body), 403
+    )
     assert client(hub, "ada").post("api/bookings", json=body).status_code == 201
     for admin in ("admin", "carol"):  # Hub admin, and member of admin_groups
         response = client(hub, admin).post("api/bookings", json=body)
@@ -152,7 +174,9 @@ def test_other_users_bookings_stay_anonymous(hub):
     booking = book(hub, note="secret project")
     bob = client(hub, "bob")
     assert "no booking" in error(bob.get(f"api/bookings/{booking['id']}"), 404)
-    assert bob.patch(f"api/bookings/{booking['id']}", json={"end": booking["end"]}).status_code == 404
+    assert (
+        bob.patch(f"api/bookings/{booking['id']}", json={"end": booking["end"]}).status_code == 404
+    )
     assert bob.delete(f"api/bookings/{booking['id']}").status_code == 404
     availability = bob.get(
         "api/pools/a100/availability", params={"start": booking["start"], "end": booking["end"]}
@@ -192,20 +216,29 @@ def test_authorization_matrix(hub):
     for method, path, body, expected in MATRIX:
         path = path.replace("{id}", str(booking["id"]))
         if body is not None:
-            body = {k: v.replace("{end}", booking["end"]) if isinstance(v, str) else v for k, v in body.items()}
+            body = {
+                k: v.replace("{end}", booking["end"]) if isinstance(v, str) else v
+                for k, v in body.items()
+            }
         for who, status in zip(PRINCIPALS, expected):
             response = client(hub, who).request(method, path, json=body)
             if response.status_code != status:
-                failures.append(f"{who} {method} {path}: {response.status_code} != {status} {response.text[:120]}")
+                failures.append(
+                    f"{who} {method} {path}: {response.status_code} != {status} {response.text[:120]}"
+                )
     assert not failures, "\n".join(failures)
 
 
 def test_owner_and_admin_cancel_but_spawner_cannot(hub):
     for who in ("ada", "admin"):
         booking = book(hub)
-        assert client(hub, who).delete(f"api/bookings/{booking['id']}").json()["state"] == "cancelled"
+        assert (
+            client(hub, who).delete(f"api/bookings/{booking['id']}").json()["state"] == "cancelled"
+        )
     booking = book(hub)
-    assert "owner or an administrator" in error(client(hub, SPAWNER).delete(f"api/bookings/{booking['id']}"), 403)
+    assert "owner or an administrator" in error(
+        client(hub, SPAWNER).delete(f"api/bookings/{booking['id']}"), 403
+    )
 
 
 def test_claim_takes_over_from_a_server_the_hub_reports_stopped(hub):
@@ -268,8 +301,13 @@ def test_calendar_and_secret_feed(hub):
 def test_maintenance_reports_colliding_bookings(hub):
     booking = book(hub)
     admin = client(hub, ADMIN)
-    body = {"pool": "a100", "node": booking["placement"]["node"], "start": booking["start"],
-            "end": booking["end"], "reason": "driver update"}
+    body = {
+        "pool": "a100",
+        "node": booking["placement"]["node"],
+        "start": booking["start"],
+        "end": booking["end"],
+        "reason": "driver update",
+    }
     created = admin.post("api/maintenance", json=body)
     assert created.status_code == 201, created.text
     window = created.json()
@@ -285,4 +323,7 @@ def test_metrics_count_bookings_and_requests(hub):
     assert 'gpubooking_bookings{state="upcoming"}' in text
     assert 'gpubooking_booked_gpus{pool="a100"}' in text
     assert 'gpubooking_requests_total{method="POST",route="api/bookings",status="201"}' in text
-    assert 'gpubooking_request_duration_seconds_bucket{le="0.005",method="POST",route="api/bookings",status="201"}' in text
+    assert (
+        'gpubooking_request_duration_seconds_bucket{le="0.005",method="POST",route="api/bookings",status="201"}'
+        in text
+    )

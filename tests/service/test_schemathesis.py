@@ -32,8 +32,12 @@ def test_no_operation_answers_with_a_server_error(booking_hub):
 
     for operation in operations:
 
-        @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=MAX_EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(case=operation.as_strategy())
         def exercise(case):
             response = case.call(base_url=base_url, headers=headers, timeout=30)

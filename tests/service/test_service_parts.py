@@ -31,8 +31,15 @@ SHARED = Pool(name="shared", nodes={"s1": 1}, slices_per_gpu=4)
 
 def make_booking(**changes) -> Booking:
     fields = dict(
-        id=7, user="ada", pool="a100", amount=Fraction(1), start=T0, end=T0 + timedelta(hours=2),
-        placement=Placement("n1", (1,), 1), note="training run", created=T0 - timedelta(days=1),
+        id=7,
+        user="ada",
+        pool="a100",
+        amount=Fraction(1),
+        start=T0,
+        end=T0 + timedelta(hours=2),
+        placement=Placement("n1", (1,), 1),
+        note="training run",
+        created=T0 - timedelta(days=1),
         updated=T0 - timedelta(days=1),
     )
     fields.update(changes)
@@ -45,7 +52,9 @@ def test_principal_from_user_model_uses_hub_admin_flag_and_admin_groups():
         {"kind": "user", "name": "ada", "admin": False, "groups": ["students"]}, admin_groups, []
     ) == Principal(kind="user", name="ada", groups=("students",), is_admin=False)
     assert principal_from_model(
-        {"kind": "user", "name": "carol", "admin": False, "groups": ["gpu-admins"]}, admin_groups, []
+        {"kind": "user", "name": "carol", "admin": False, "groups": ["gpu-admins"]},
+        admin_groups,
+        [],
     ).is_admin
     assert principal_from_model({"name": "root", "admin": True}, admin_groups, []).is_admin
 
@@ -68,7 +77,9 @@ def test_openapi_is_valid_and_lists_exactly_the_routes_and_methods_of_the_app():
     document = yaml.safe_load(OPENAPI_PATH.read_text())
     validate(document)
     documented = {
-        path.lstrip("/"): {method for method in item if method in {"get", "post", "patch", "delete", "put"}}
+        path.lstrip("/"): {
+            method for method in item if method in {"get", "post", "patch", "delete", "put"}
+        }
         for path, item in document["paths"].items()
     }
     implemented = {
@@ -108,13 +119,25 @@ def test_booking_json_of_a_fraction_counts_slices():
 
 
 def test_calendar_parses_back_with_one_event_per_booking():
-    bookings = [make_booking(), make_booking(id=8, status="cancelled", start=T0 + timedelta(days=1),
-                                             end=T0 + timedelta(days=1, hours=1))]
+    bookings = [
+        make_booking(),
+        make_booking(
+            id=8,
+            status="cancelled",
+            start=T0 + timedelta(days=1),
+            end=T0 + timedelta(days=1, hours=1),
+        ),
+    ]
     calendar = Calendar.from_ical(
-        bookings_calendar("ada", bookings, {"a100": POOL}, "gpu-booking", "https://hub/services/gpu-booking/")
+        bookings_calendar(
+            "ada", bookings, {"a100": POOL}, "gpu-booking", "https://hub/services/gpu-booking/"
+        )
     )
     events = calendar.walk("VEVENT")
-    assert [str(event["uid"]) for event in events] == ["booking-7@gpu-booking", "booking-8@gpu-booking"]
+    assert [str(event["uid"]) for event in events] == [
+        "booking-7@gpu-booking",
+        "booking-8@gpu-booking",
+    ]
     assert events[0].decoded("dtstart") == T0
     assert events[0].decoded("dtend") == T0 + timedelta(hours=2)
     assert str(events[0]["summary"]) == "1 GPU on A100"
@@ -132,7 +155,9 @@ def test_metric_builders_count_states_and_active_gpus():
     ]
     assert booking_counts(bookings, now) == {"upcoming": 1, "active": 2, "ended": 0, "cancelled": 1}
     assert booked_gpus_now(bookings, ["a100", "shared", "empty"], now) == {
-        "a100": 1.0, "shared": 0.25, "empty": 0.0,
+        "a100": 1.0,
+        "shared": 0.25,
+        "empty": 0.0,
     }
 
 
@@ -153,8 +178,17 @@ def test_every_configurable_trait_has_help():
         for name, trait in GPUBookingService.class_traits(config=True).items()
         if name in GPUBookingService.__dict__
     }
-    assert {"pools", "default_policy", "group_policies", "db_url", "slot_minutes", "page_days",
-            "spawner_services", "admin_groups", "executor_threads"} <= set(own)
+    assert {
+        "pools",
+        "default_policy",
+        "group_policies",
+        "db_url",
+        "slot_minutes",
+        "page_days",
+        "spawner_services",
+        "admin_groups",
+        "executor_threads",
+    } <= set(own)
     assert all(isinstance(trait, TraitType) and len(trait.help) > 20 for trait in own.values())
 
 
@@ -167,24 +201,36 @@ def test_service_reads_the_hub_environment(monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "secret")
     service = GPUBookingService()
     assert (service.service_name, service.service_prefix, service.hub_prefix) == (
-        "gpus", "/lab/services/gpus/", "/lab/hub/"
+        "gpus",
+        "/lab/services/gpus/",
+        "/lab/hub/",
     )
     assert (service.hub_api_url, service.api_token, service.spawner_services) == (
-        "http://hub:8081/lab/hub/api", "secret", ["gpus"]
+        "http://hub:8081/lab/hub/api",
+        "secret",
+        ["gpus"],
     )
 
 
 def run_service(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("JUPYTERHUB_")}
+    environment = {
+        key: value for key, value in os.environ.items() if not key.startswith("JUPYTERHUB_")
+    }
     return subprocess.run(
         [sys.executable, "-m", "jhub_gpubooking.service", *arguments],
-        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
 def test_service_refuses_a_database_without_schema(tmp_path):
-    result = run_service(tmp_path, "--db-url", f"sqlite:///{tmp_path / 'new.sqlite'}",
-                         "--url", "http://127.0.0.1:1/")
+    result = run_service(
+        tmp_path, "--db-url", f"sqlite:///{tmp_path / 'new.sqlite'}", "--url", "http://127.0.0.1:1/"
+    )
     assert result.returncode != 0
     assert "jhub-gpubooking db upgrade" in result.stderr
 
