@@ -12,6 +12,7 @@ nothing and a booking cut short costs only up to its new end.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -97,10 +98,10 @@ class Policy:
 
 
 def _is_number(value: Any) -> bool:
-    """A number >= 0 (bools are not numbers here, though Python says so)."""
+    """A finite number >= 0 (bools are not numbers here, though Python says so)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
         return False
-    return value >= 0
+    return math.isfinite(value) and value >= 0
 
 
 def _exact(value: float | Fraction) -> Fraction:

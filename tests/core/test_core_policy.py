@@ -64,6 +64,8 @@ def test_from_config_refuses_unknown_keys():
         ({"max_gpus": 0}, "Policy max_gpus must be a number > 0 or None, not 0."),
         ({"budget_gpu_hours": "10"},
          "Policy budget_gpu_hours must be a number >= 0 or None, not '10'."),
+        ({"max_days_ahead": float("inf")},
+         "Policy max_days_ahead must be a number >= 0 or None, not inf."),
         ({"budget_period": "day"}, "Policy budget_period must be one of week, month, not 'day'."),
         ({"allowed_pools": "a100"}, "Policy allowed_pools must be a list of pool names or None."),
         ({"min_minutes": 60, "max_minutes": 30},
