@@ -1,12 +1,18 @@
-"""The reservation page's server side without a browser: context builder, HTML, routes."""
+"""The reservation page's server side without a browser: context builder, HTML, routes,
+and the page as a real Hub serves it (links, assets, and an XSRF token that works)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 
+import httpx
+import pytest
 from tornado import web
 
+from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
 from jhub_gpubooking.service import pages
 
 # deliberately unusual prefixes: nothing may assume the Hub's default layout
@@ -165,3 +171,43 @@ def test_page_handlers_route_the_page_and_its_assets_under_the_prefix():
     assert asset_route.target is web.StaticFileHandler
     assert asset_route.target_kwargs == {"path": str(pages.STATIC_DIR)}
     assert matches["/other/"] is None
+
+
+@pytest.mark.e2e
+def test_page_served_through_the_hub_links_its_assets_and_its_xsrf_token_works(booking_hub):
+    hub = booking_hub
+    with contextlib.closing(hub.login_session("ada")) as session:
+        response = session.get(hub.service_url)
+        assert response.status_code == 200
+        assert response.headers["Content-Type"].startswith("text/html")
+        page = scan(response.text)
+        assert json.loads(page.config_text) == {
+            "apiUrl": f"{hub.service_prefix}api/", "user": "ada", "isAdmin": False,
+            "slotMinutes": 15, "pageDays": 7,
+        }
+        local_urls = [url for url in page.urls if not url.startswith("#")]
+        assert all(url.startswith((hub.hub_prefix, hub.service_prefix)) for url in local_urls)
+        # the page's script and the Hub's stylesheet are both reachable where the page says
+        [script_url] = [url for url in page.urls if "booking.js" in url]
+        script = session.get(hub.public_url + script_url)
+        assert script.status_code == 200
+        assert script.content == (pages.STATIC_DIR / "booking.js").read_bytes()
+        stylesheet = session.get(f"{hub.public_url}{hub.hub_prefix}static/css/style.min.css")
+        assert stylesheet.status_code == 200 and "text/css" in stylesheet.headers["Content-Type"]
+
+        # the rendered token is the one HubOAuth checks on cookie-authenticated writes
+        assert page.xsrf == hub.xsrf_headers(session)["X-XSRFToken"]
+        start = floor_to_grid(datetime.now(timezone.utc), 60) + timedelta(days=1)
+        body = {"pool": "a100", "gpus": 1, "start": format_time(start),
+                "end": format_time(start + timedelta(hours=1))}
+        assert session.post("api/bookings", json=body).status_code == 403
+        booked = session.post("api/bookings", json=body, headers={"X-XSRFToken": page.xsrf})
+        assert booked.status_code == 201, booked.text
+        assert booked.json()["user"] == "ada"
+
+
+@pytest.mark.e2e
+def test_anonymous_visitors_are_sent_to_the_hubs_oauth_login(booking_hub):
+    response = httpx.get(booking_hub.service_url, follow_redirects=False)
+    assert response.status_code == 302
+    assert response.headers["Location"].startswith(f"{booking_hub.hub_prefix}api/oauth2/authorize?")
