@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
@@ -40,7 +40,9 @@ DEFAULT_CONFIG_FILE = "jhub_gpubooking_service_config.py"
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain left-aligned text table, one line per row."""
     cells = [[str(value) for value in row] for row in rows]
-    widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, header in enumerate(headers)]
+    widths = [
+        max([len(header)] + [len(row[i]) for row in cells]) for i, header in enumerate(headers)
+    ]
     lines = [list(headers)] + cells
     return "\n".join(
         "  ".join(value.ljust(width) for value, width in zip(line, widths)).rstrip()
@@ -195,7 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     bookings_list = bookings.add_parser("list", parents=[database], help="list bookings")
     bookings_list.add_argument("--user", help="only this user's bookings")
     bookings_list.add_argument(
-        "--state", choices=[state.value for state in BookingState], help="only bookings in this state"
+        "--state",
+        choices=[state.value for state in BookingState],
+        help="only bookings in this state",
     )
     bookings_list.set_defaults(run=cmd_bookings_list)
     return parser

@@ -8,7 +8,7 @@ Any change here needs a new Alembic migration in ``db/migrations/versions``.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -45,7 +45,7 @@ class UTCDateTime(TypeDecorator):
     impl = DateTime
     cache_ok = True
 
-    def process_bind_param(self, value: Optional[datetime], dialect: Any) -> Optional[datetime]:
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
@@ -53,7 +53,7 @@ class UTCDateTime(TypeDecorator):
             raise ValueError(f"Refusing to store naive datetime {value!r}; pass UTC-aware times.")
         return value.astimezone(timezone.utc).replace(tzinfo=None)
 
-    def process_result_value(self, value: Optional[datetime], dialect: Any) -> Optional[datetime]:
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is None:
             return None
         return value.replace(tzinfo=timezone.utc)
@@ -99,8 +99,8 @@ class BookingRow(Base):
     gpu_indices: Mapped[list] = mapped_column(JSON)
     slices_per_gpu_held: Mapped[int] = mapped_column(Integer)
     # name of the Hub server using the booking ("" = default server), None = unused
-    server: Mapped[Optional[str]] = mapped_column(String(NAME_LENGTH))
-    claimed_at: Mapped[Optional[datetime]] = mapped_column(UTCDateTime)
+    server: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created: Mapped[datetime] = mapped_column(UTCDateTime)
     updated: Mapped[datetime] = mapped_column(UTCDateTime)
 
@@ -113,7 +113,7 @@ class BookingEventRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     booking_id: Mapped[int] = mapped_column(ForeignKey("bookings.id"), index=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime)
-    actor: Mapped[Optional[str]] = mapped_column(String(NAME_LENGTH))
+    actor: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
     kind: Mapped[str] = mapped_column(String(32))
     detail: Mapped[dict] = mapped_column(JSON)
 
@@ -126,12 +126,12 @@ class MaintenanceWindowRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     pool: Mapped[str] = mapped_column(ForeignKey("pools.name"))
-    node: Mapped[Optional[str]] = mapped_column(String(NAME_LENGTH))
+    node: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
     start: Mapped[datetime] = mapped_column(UTCDateTime)
     end: Mapped[datetime] = mapped_column(UTCDateTime)
     reason: Mapped[str] = mapped_column(Text, default="")
     created: Mapped[datetime] = mapped_column(UTCDateTime)
-    created_by: Mapped[Optional[str]] = mapped_column(String(NAME_LENGTH))
+    created_by: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
 
 
 class FeedTokenRow(Base):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from fractions import Fraction
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -114,8 +115,9 @@ class BookingStore:
         self, session: Session, row: BookingRow, actor: str | None, kind: str, **detail: Any
     ) -> None:
         session.add(
-            BookingEventRow(booking_id=row.id, at=self._stamp(), actor=actor, kind=kind,
-                            detail=detail)
+            BookingEventRow(
+                booking_id=row.id, at=self._stamp(), actor=actor, kind=kind, detail=detail
+            )
         )
 
     def _overlapping(
@@ -163,7 +165,7 @@ class BookingStore:
                 f"{_clock_time(current_slot)} (the current slot) or later."
             )
 
-    def policy_for(self, groups: Any = ()) -> "booking_policy.Policy":
+    def policy_for(self, groups: Any = ()) -> booking_policy.Policy:
         """The policy that applies to a member of ``groups``."""
         return booking_policy.effective_policy(
             self.default_policy, self.group_policies, tuple(groups)
@@ -225,9 +227,15 @@ class BookingStore:
             session.add(row)
             session.flush()
             self._record(
-                session, row, actor or user, "created",
-                gpus=str(amount), start=format_time(start), end=format_time(end),
-                node=placed.node, gpu_indices=list(placed.gpus),
+                session,
+                row,
+                actor or user,
+                "created",
+                gpus=str(amount),
+                start=format_time(start),
+                end=format_time(end),
+                node=placed.node,
+                gpu_indices=list(placed.gpus),
             )
             return booking_from_row(row)
 
@@ -293,8 +301,14 @@ class BookingStore:
                 self._record(session, row, actor, kind)
                 row.status = "cancelled"
             else:
-                self._record(session, row, actor, kind,
-                             old_end=format_time(row.end), new_end=format_time(outcome.end))
+                self._record(
+                    session,
+                    row,
+                    actor,
+                    kind,
+                    old_end=format_time(row.end),
+                    new_end=format_time(outcome.end),
+                )
                 row.end = outcome.end
             row.updated = self._stamp()
             return booking_from_row(row)
@@ -333,8 +347,14 @@ class BookingStore:
                 booking_policy.check_end_change(policy, changed, others, now)
             if end > booking.end:
                 self._check_extension(session, booking, end)
-            self._record(session, row, actor, "end_changed",
-                         old_end=format_time(row.end), new_end=format_time(end))
+            self._record(
+                session,
+                row,
+                actor,
+                "end_changed",
+                old_end=format_time(row.end),
+                new_end=format_time(end),
+            )
             row.end = end
             row.updated = self._stamp()
             return booking_from_row(row)
@@ -350,10 +370,15 @@ class BookingStore:
         bookings, windows = self._overlapping(session, pool.name, booking.end, end)
         others = [b for b in bookings if b.id != booking.id]
         table = placing.UsageTable(pool, others, booking.end, end, windows)
-        own = [g for g, gpu in enumerate(table.gpus)
-               if gpu[0] == placement.node and gpu[1] in placement.gpus]
+        own = [
+            g
+            for g, gpu in enumerate(table.gpus)
+            if gpu[0] == placement.node and gpu[1] in placement.gpus
+        ]
         if len(own) != len(placement.gpus):
-            raise Conflict("This booking's GPU is no longer part of the pool; it cannot be extended.")
+            raise Conflict(
+                "This booking's GPU is no longer part of the pool; it cannot be extended."
+            )
         for piece in range(table.pieces):
             column = table.column(piece)
             if any(column[g] + placement.slices > pool.slices_per_gpu for g in own):
@@ -395,8 +420,9 @@ class BookingStore:
                 raise Conflict(f"This booking is already in use by server '{taken_from}'.")
             row.server = server
             row.claimed_at = row.updated = self._stamp()
-            self._record(session, row, row.user, "claimed", server=server,
-                         taken_over_from=taken_from)
+            self._record(
+                session, row, row.user, "claimed", server=server, taken_over_from=taken_from
+            )
             return booking_from_row(row)
 
     def release(self, booking_id: int, server: str) -> Booking:
@@ -455,8 +481,15 @@ class BookingStore:
             raise InvalidRequest(f"The reason may be at most {MAX_TEXT_LENGTH} characters long.")
         with self._transaction(write=True) as session:
             self._lock_pool(session, pool)
-            row = MaintenanceWindowRow(pool=pool, node=node, start=start, end=end, reason=reason,
-                                       created=self._stamp(), created_by=actor)
+            row = MaintenanceWindowRow(
+                pool=pool,
+                node=node,
+                start=start,
+                end=end,
+                reason=reason,
+                created=self._stamp(),
+                created_by=actor,
+            )
             session.add(row)
             session.flush()
             window = maintenance_from_row(row)
@@ -502,8 +535,11 @@ class BookingStore:
                     "to get a new one (the old link then stops working)."
                 )
             if row is None:
-                session.add(FeedTokenRow(user=user, token_hash=hash_feed_token(token),
-                                         created=self._stamp()))
+                session.add(
+                    FeedTokenRow(
+                        user=user, token_hash=hash_feed_token(token), created=self._stamp()
+                    )
+                )
             else:
                 row.token_hash = hash_feed_token(token)
                 row.created = self._stamp()

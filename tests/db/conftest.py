@@ -2,8 +2,9 @@
 
 Server tests get their own uniquely named database (``gpub_test_<random>``) and drop it
 afterwards, so they can run next to other test runs on the same servers. On PostgreSQL, where
-CREATE DATABASE costs a checkpoint, one database per run holds a fresh schema per test instead. A server that cannot be reached
-skips its tests with the reason printed; the URLs can be changed through the environment.
+CREATE DATABASE costs a checkpoint, one database per run holds a fresh schema per test instead.
+A server that cannot be reached skips its tests with the reason printed; the URLs can be
+changed through the environment.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import os
 import uuid
 from contextlib import contextmanager
-from datetime import datetime, timezone
 
 import pytest
+from db_test_times import NOW
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.model import Pool
@@ -24,11 +26,10 @@ SERVER_URLS = {
     "postgresql": os.environ.get(
         "GPUBOOKING_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
     ),
-    "mysql": os.environ.get("GPUBOOKING_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+    "mysql": os.environ.get(
+        "GPUBOOKING_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+    ),
 }
-
-#: Monday 2030-01-07 10:05 UTC: five minutes into the 10:00 slot.
-NOW = datetime(2030, 1, 7, 10, 5, tzinfo=timezone.utc)
 
 _unreachable: dict[str, str | None] = {}
 
@@ -40,8 +41,10 @@ def server_unreachable(backend: str) -> str | None:
         try:
             with engine.connect():
                 _unreachable[backend] = None
-        except Exception as error:  # any driver error means "not usable here"
-            _unreachable[backend] = f"{backend} server at {SERVER_URLS[backend]} unreachable: {error}"
+        except DBAPIError as error:
+            _unreachable[backend] = (
+                f"{backend} server at {SERVER_URLS[backend]} unreachable: {error}"
+            )
         finally:
             engine.dispose()
     return _unreachable[backend]
@@ -162,13 +165,13 @@ def make_store(engine, pools, clock):
     from jhub_gpubooking.db.store import BookingStore
 
     def build(**overrides):
-        options = dict(
-            session_factory=make_session_factory(engine),
-            pools=pools,
-            default_policy={},
-            group_policies={},
-            clock=clock,
-        )
+        options = {
+            "session_factory": make_session_factory(engine),
+            "pools": pools,
+            "default_policy": {},
+            "group_policies": {},
+            "clock": clock,
+        }
         options.update(overrides)
         store = BookingStore(**options)
         store.sync_pools()

@@ -46,7 +46,7 @@ def race(
                 created += 1
             except Conflict:
                 refused += 1
-            except Exception as error:  # reported to the parent, which fails the test
+            except Exception as error:  # noqa: BLE001 - reported to the parent, which fails
                 unexpected.append(f"attempt {attempt}: {type(error).__name__}: {error}")
     finally:
         engine.dispose()

@@ -10,11 +10,11 @@ from __future__ import annotations
 import multiprocessing
 from collections import defaultdict
 
+import race_worker
+from db_test_times import NOW
+
 from jhub_gpubooking.core.placement import overbooked_instants
 from jhub_gpubooking.db.convert import pool_config
-
-import race_worker
-from conftest import NOW
 
 PROCESSES = 8
 ATTEMPTS = 50

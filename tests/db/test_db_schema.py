@@ -43,7 +43,11 @@ def test_upgrade_from_empty_reaches_head_and_passes_the_check(db_url):
     finally:
         engine.dispose()
     assert tables == {
-        "alembic_version", "pools", "bookings", "booking_events", "maintenance_windows",
+        "alembic_version",
+        "pools",
+        "bookings",
+        "booking_events",
+        "maintenance_windows",
         "feed_tokens",
     }
 

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from fractions import Fraction
 
 import pytest
+from db_test_times import NOW, at
 from sqlalchemy import event, select
 
 from jhub_gpubooking.core.errors import Conflict, InvalidRequest, NoCapacity, NotFound
 from jhub_gpubooking.core.model import BookingState, Placement, Pool
 from jhub_gpubooking.db.models import BookingRow, FeedTokenRow, PoolRow
-
-from conftest import NOW
-
-
-def at(hour: int, minute: int = 0, days: int = 0) -> datetime:
-    """A time on the test day (NOW is 10:05)."""
-    return NOW.replace(hour=hour, minute=minute) + timedelta(days=days)
 
 
 def kinds(store, booking_id: int) -> list[str]:
@@ -28,7 +22,10 @@ def test_create_stores_the_placed_booking_in_utc(store):
     booking = store.create("alice", "a100", 2, at(11), at(12), note="training run")
     assert booking.id is not None
     assert (booking.user, booking.pool, booking.amount, booking.note) == (
-        "alice", "a100", Fraction(2), "training run",
+        "alice",
+        "a100",
+        Fraction(2),
+        "training run",
     )
     assert (booking.start, booking.end) == (at(11), at(12))
     assert booking.start.utcoffset() == timedelta(0)
@@ -107,9 +104,10 @@ def test_the_last_capacity_is_given_once(store):
 
 def test_quarter_slices_fill_each_gpu_before_refusing(store):
     placements = [store.create(f"u{i}", "t4", "0.25", at(11), at(12)).placement for i in range(8)]
-    assert sorted((p.node, p.gpus) for p in placements) == [("node-c", (0,))] * 4 + [
-        ("node-c", (1,))
-    ] * 4
+    assert (
+        sorted((p.node, p.gpus) for p in placements)
+        == [("node-c", (0,))] * 4 + [("node-c", (1,))] * 4
+    )
     with pytest.raises(NoCapacity):
         store.create("u9", "t4", "0.25", at(11, 45), at(12, 15))
 
@@ -132,7 +130,10 @@ def test_cancelling_an_active_booking_ends_it_at_the_next_grid_point(store):
     assert (cancelled.status, cancelled.end) == ("booked", at(10, 15))
     events = store.history(booking.id)
     assert [e.kind for e in events] == ["created", "cancelled"]
-    assert events[1].detail == {"old_end": "2030-01-07T12:00:00Z", "new_end": "2030-01-07T10:15:00Z"}
+    assert events[1].detail == {
+        "old_end": "2030-01-07T12:00:00Z",
+        "new_end": "2030-01-07T10:15:00Z",
+    }
 
 
 def test_an_admin_cancelling_someone_elses_booking_is_recorded_as_forced(store):
@@ -145,7 +146,9 @@ def test_an_admin_cancelling_someone_elses_booking_is_recorded_as_forced(store):
 def test_an_ended_booking_cannot_be_cancelled(store, clock):
     booking = store.create("alice", "a100", 1, at(10), at(11))
     clock.set(at(11, 1))
-    with pytest.raises(Conflict, match="already ended at 2030-01-07 11:00 UTC; there is nothing to cancel."):
+    with pytest.raises(
+        Conflict, match="already ended at 2030-01-07 11:00 UTC; there is nothing to cancel."
+    ):
         store.cancel(booking.id, actor="alice")
 
 
@@ -192,7 +195,9 @@ def test_change_end_refusals(store, clock):
     with pytest.raises(InvalidRequest, match="The end time must be after the start time."):
         store.change_end(booking.id, at(10), actor="alice")
     clock.set(at(10, 20))
-    with pytest.raises(InvalidRequest, match="is in the past; choose 2030-01-07 10:30 UTC or later"):
+    with pytest.raises(
+        InvalidRequest, match="is in the past; choose 2030-01-07 10:30 UTC or later"
+    ):
         store.change_end(booking.id, at(10, 15), actor="alice")
     store.cancel(store.create("bob", "a100", 1, at(11), at(12)).id, actor="bob")
     with pytest.raises(NotFound, match="There is no booking with id 999."):
@@ -229,7 +234,7 @@ def test_claim_release_and_takeover(store):
     assert store.release(booking.id, "").server == "gpu"
     assert store.release(booking.id, "gpu").server is None
     events = store.history(booking.id)
-    assert [(e.kind, e.detail) for e in events] [1:] == [
+    assert [(e.kind, e.detail) for e in events][1:] == [
         ("claimed", {"server": "", "taken_over_from": None}),
         ("claimed", {"server": "gpu", "taken_over_from": ""}),
         ("released", {"server": "gpu"}),
@@ -349,14 +354,27 @@ def test_placement_reads_only_bookings_overlapping_the_request(store, engine):
     with store._session_factory.begin() as session:
         for slot in range(200):
             start = history_start + timedelta(hours=2 * slot)
-            session.add(BookingRow(
-                user="old", pool="a100", slices=1, amount_num=1, amount_den=1, start=start,
-                end=start + timedelta(hours=1), status="booked", note="", node="node-b",
-                gpu_indices=[0], slices_per_gpu_held=1, created=start, updated=start,
-            ))
+            session.add(
+                BookingRow(
+                    user="old",
+                    pool="a100",
+                    slices=1,
+                    amount_num=1,
+                    amount_den=1,
+                    start=start,
+                    end=start + timedelta(hours=1),
+                    status="booked",
+                    note="",
+                    node="node-b",
+                    gpu_indices=[0],
+                    slices_per_gpu_held=1,
+                    created=start,
+                    updated=start,
+                )
+            )
     store.create("bob", "a100", 1, at(11), at(12))
     loaded = []
-    listener = lambda target, context: loaded.append(target.id)  # noqa: E731
+    listener = lambda target, context: loaded.append(target.id)
     event.listen(BookingRow, "load", listener)
     try:
         store.create("carol", "a100", 1, at(11, 30), at(12, 30), is_admin=True)
