@@ -58,12 +58,15 @@ class DevCluster:
 
     ``nodes`` are v1 Node manifests (see ``scheduler.gpu_node`` / ``scheduler.node_from_config``).
     Use ``async with DevCluster(...) as cluster`` or ``await start()`` / ``await stop()``.
+    Images are never pulled: a container with neither ``command`` nor ``args`` runs ``image_cmd``
+    (standing in for the image's CMD, ``jupyterhub-singleuser`` as in the JupyterHub images).
     """
 
     def __init__(self, state_dir: str | Path, nodes: list[dict] = (), port: int = 0, host: str = "127.0.0.1",
                  token: str | None = None, namespaces: tuple[str, ...] = ("default",),
                  scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,), admission_webhooks: list[str] = (),
-                 watch_history: int = 1000, max_grace_seconds: float = 3.0, bookmark_seconds: float = 5.0):
+                 watch_history: int = 1000, max_grace_seconds: float = 3.0, bookmark_seconds: float = 5.0,
+                 image_cmd: tuple[str, ...] = ("jupyterhub-singleuser",)):
         self.state_dir = Path(state_dir)
         self.host = host
         self.requested_port = port
@@ -77,6 +80,7 @@ class DevCluster:
         self._initial_nodes = list(nodes)
         self._scheduler_names = scheduler_names
         self._max_grace_seconds = max_grace_seconds
+        self._image_cmd = image_cmd
         self.scheduler: Scheduler | None = None
         self.kubelet: Kubelet | None = None
         self._server: HTTPServer | None = None
@@ -91,7 +95,8 @@ class DevCluster:
     async def start(self) -> DevCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.scheduler = Scheduler(self.store, self._scheduler_names)
-        self.kubelet = Kubelet(self.store, self.state_dir, max_grace_seconds=self._max_grace_seconds)
+        self.kubelet = Kubelet(self.store, self.state_dir, max_grace_seconds=self._max_grace_seconds,
+                               image_cmd=self._image_cmd)
         for namespace in ("kube-system", *self._initial_namespaces):
             if namespace not in {ns["metadata"]["name"] for ns in self.store.objects("namespaces")}:
                 self.store.create("namespaces", None, {"metadata": {"name": namespace},

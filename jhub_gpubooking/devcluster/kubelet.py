@@ -63,6 +63,23 @@ def bind_inside_pod(value: str, pod_ip: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def container_argv(container: dict, image_entrypoint: list[str], image_cmd: list[str]) -> list[str]:
+    """Kubernetes' rules for command/args over the image's ENTRYPOINT/CMD (images are stand-ins here):
+    ``command`` replaces the entrypoint and drops CMD, ``args`` replaces CMD."""
+    command, args = container.get("command"), container.get("args")
+    if command:
+        return list(command) + list(args or [])
+    return list(image_entrypoint) + list(args if args else image_cmd)
+
+
+def allow_jupyter_as_root(home: Path) -> None:
+    """In the real images the server runs as the unprivileged ``jovyan``; here it runs as whoever runs
+    the devcluster, and jupyter-server refuses root unless its config (in $HOME) allows it."""
+    config = home / ".jupyter" / "jupyter_server_config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('{"ServerApp": {"allow_root": true}}\n')
+
+
 def resolve_executable(name: str, search_path: str) -> str:
     """The venv running us comes first, so ``jupyterhub-singleuser`` is the one installed next to it."""
     if "/" in name:
@@ -99,8 +116,11 @@ class Kubelet:
     """Runs, probes and kills the processes of every pod bound to a node."""
 
     def __init__(self, store: ObjectStore, state_dir: Path, max_grace_seconds: float = 3.0,
-                 probe_interval: float = 0.2):
+                 probe_interval: float = 0.2, image_entrypoint: tuple[str, ...] = (),
+                 image_cmd: tuple[str, ...] = ("jupyterhub-singleuser",)):
         self.store = store
+        self.image_entrypoint = list(image_entrypoint)
+        self.image_cmd = list(image_cmd)
         self.pods_dir = Path(state_dir) / "pods"
         self.max_grace_seconds = max_grace_seconds
         self.probe_interval = probe_interval
@@ -206,9 +226,11 @@ class Kubelet:
             env[variable["name"]] = self._env_value(pod_view, variable)
         if "JUPYTERHUB_SERVICE_URL" in env:
             env["JUPYTERHUB_SERVICE_URL"] = bind_inside_pod(env["JUPYTERHUB_SERVICE_URL"], pod_ip)
-        argv = list(container.get("command") or []) + list(container.get("args") or [])
+        argv = container_argv(container, self.image_entrypoint, self.image_cmd)
         if not argv:
-            raise ContainerConfigError("no command specified (there are no images to take an entrypoint from)")
+            raise ContainerConfigError("no command specified and the stand-in image has none")
+        if os.geteuid() == 0:
+            allow_jupyter_as_root(workdir)
         argv = [resolve_executable(argv[0], search_path)] + [bind_inside_pod(arg, pod_ip) for arg in argv[1:]]
         return argv, env, workdir
 
