@@ -1,0 +1,228 @@
+"""Pure admission decisions for pods: who owns the pod, which booking covers it, the verdict.
+
+The webhook handler gathers the facts (active bookings, group members) and calls
+:func:`review_pod`; this module never does I/O, so every rule is tested with plain dicts.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..core.model import Booking, BookingState, Pool, format_amount
+from ..gpu import LABEL_PREFIX, BackendFunc, booking_pod_settings, gpu_request
+from .patch import booking_patch
+from .rules import RuleBroken, coverage_gap, format_resources, pod_gpu_demand
+
+USERNAME_KEY = "hub.jupyter.org/username"
+SERVERNAME_KEY = "hub.jupyter.org/servername"
+BOOKING_ID_KEY = LABEL_PREFIX + "booking-id"
+GROUP_PREFIX = "group:"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose bookings may back a pod: one user, or any member of a Hub group."""
+
+    user: str | None = None
+    group: str | None = None
+    from_hub: bool = False  # named by the Hub's own pod annotations (trusted creator)
+
+    def describe(self) -> str:
+        return f"user {self.user}" if self.user else f"group {self.group}"
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """Configuration the decisions depend on (built from the service's traits)."""
+
+    pools: Mapping[str, Pool]
+    namespace_owners: Mapping[str, str] = field(default_factory=dict)
+    hub_service_accounts: Collection[str] = ()
+    grace_seconds: int = 0
+    backends: Mapping[str, BackendFunc | str] | None = None
+    booking_page_url: str = ""
+
+    def gpu_resource_names(self) -> set[str]:
+        """Renamed resources of configured pools count as GPU resources too."""
+        return {pool.resource_name for pool in self.pools.values() if pool.resource_name}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    message: str = ""
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    booking: Booking | None = None
+
+
+def _metadata(pod: Mapping) -> Mapping:
+    return pod.get("metadata") or {}
+
+
+def is_hub_creator(creator: str, hub_service_accounts: Collection[str]) -> bool:
+    return any(fnmatch.fnmatchcase(creator, pattern) for pattern in hub_service_accounts)
+
+
+def pod_owner(pod: Mapping, namespace: str, creator: str,
+              settings: AdmissionSettings) -> Owner | None:
+    """The owner of a pod, or None when it cannot be told.
+
+    The ``hub.jupyter.org/username`` annotation (unescaped; the label of the same name is
+    KubeSpawner-escaped and only a fallback) is trusted only on pods the Hub itself creates:
+    anyone else could write any name there. Other pods belong to their namespace's owner.
+    """
+    if is_hub_creator(creator, settings.hub_service_accounts):
+        metadata = _metadata(pod)
+        name = (metadata.get("annotations") or {}).get(USERNAME_KEY) or (
+            metadata.get("labels") or {}
+        ).get(USERNAME_KEY)
+        if name:
+            return Owner(user=name, from_hub=True)
+    owner = settings.namespace_owners.get(namespace)
+    if not owner:
+        return None
+    if owner.startswith(GROUP_PREFIX):
+        return Owner(group=owner[len(GROUP_PREFIX):])
+    return Owner(user=owner)
+
+
+def _named_booking_id(pod: Mapping) -> int | None:
+    raw = (_metadata(pod).get("annotations") or {}).get(BOOKING_ID_KEY)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise RuleBroken(f"The annotation {BOOKING_ID_KEY}={raw!r} is not a booking id.") from None
+
+
+def _hub_server_of(pod: Mapping) -> str:
+    return (_metadata(pod).get("annotations") or {}).get(SERVERNAME_KEY, "")
+
+
+def wants_gpus(pod: Mapping, settings: AdmissionSettings) -> bool:
+    """Does the pod need a booking? (A malformed GPU request is refused without one.)"""
+    try:
+        return bool(pod_gpu_demand(pod, settings.gpu_resource_names()))
+    except RuleBroken:
+        return False
+
+
+def _refuse(message: str) -> Verdict:
+    return Verdict(allowed=False, message=message)
+
+
+def review_pod(
+    pod: Mapping,
+    namespace: str,
+    creator: str,
+    settings: AdmissionSettings,
+    owner_bookings: list[Booking],
+    now: datetime,
+) -> Verdict:
+    """Allow a pod without GPUs; allow a GPU pod only on an active booking of its owner that
+    covers it, with the patch pinning it to that booking.
+
+    ``owner_bookings`` are the bookings of the pod's owner (or of the owner group's members)
+    that were active when fetched; only GPU pods need them (see :func:`wants_gpus`).
+    """
+    try:
+        demand = pod_gpu_demand(pod, settings.gpu_resource_names())
+        named_id = _named_booking_id(pod)
+    except RuleBroken as error:
+        return _refuse(str(error))
+    if not demand:
+        return Verdict(allowed=True)
+
+    owner = pod_owner(pod, namespace, creator, settings)
+    if owner is None:
+        return _refuse(
+            f"This pod asks for GPUs ({format_resources(demand)}) but namespace {namespace} has "
+            "no GPU owner configured, so no booking can cover it; ask an administrator."
+        )
+    bookings = [b for b in owner_bookings if b.state(now) is BookingState.ACTIVE]
+    if named_id is not None:
+        bookings = [b for b in bookings if b.id == named_id]
+        if not bookings:
+            return _refuse(
+                f"Booking {named_id} named by this pod is not an active booking of "
+                f"{owner.describe()}."
+            )
+    if not bookings:
+        where = f" at {settings.booking_page_url}" if settings.booking_page_url else ""
+        return _refuse(
+            f"GPU pods need an active GPU booking and {owner.describe()} has none now; "
+            f"book GPUs{where} first."
+        )
+    return _choose(pod, demand, owner, bookings, settings, now)
+
+
+def _choose(pod: Mapping, demand: Mapping[str, int], owner: Owner, bookings: list[Booking],
+            settings: AdmissionSettings, now: datetime) -> Verdict:
+    reasons = []
+    for booking in sorted(bookings, key=lambda b: (b.server is not None, b.end, b.id)):
+        pool = settings.pools.get(booking.pool)
+        if pool is None:
+            reasons.append(f"booking {booking.id}: its pool {booking.pool} is no longer configured")
+            continue
+        if booking.server is not None:
+            hub_spawn = owner.from_hub and _hub_server_of(pod) == booking.server
+            if not hub_spawn:
+                reasons.append(
+                    f"booking {booking.id} is in use by the notebook server "
+                    f"'{booking.server}'"
+                )
+                continue
+        offered = gpu_request(pool, booking.amount, booking.placement, settings.backends).resources
+        gap = coverage_gap(pool, offered, demand)
+        if gap:
+            reasons.append(f"booking {booking.id} ({format_amount(booking.amount)} GPU of "
+                           f"{pool.name}): {gap}")
+            continue
+        if booking.server is not None:
+            # the Hub's spawner already claimed this booking and configured the pod itself
+            return Verdict(allowed=True, booking=booking)
+        pod_settings = booking_pod_settings(
+            pool, booking, grace_seconds=settings.grace_seconds, now=now,
+            backends=settings.backends,
+        )
+        return Verdict(allowed=True, patch=booking_patch(pod, pod_settings), booking=booking)
+    return _refuse(
+        f"No active booking of {owner.describe()} covers this pod's GPUs "
+        f"({format_resources(demand)}): {'; '.join(reasons)}."
+    )
+
+
+# --- AdmissionReview v1 ---------------------------------------------------------------------
+
+
+def review_response(uid: str, verdict: Verdict, with_patch: bool) -> dict[str, Any]:
+    """The AdmissionReview the API server expects back; a denial carries a 403 Status."""
+    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    if not verdict.allowed:
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": verdict.message}
+    elif with_patch and verdict.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(verdict.patch).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def parse_review(body: bytes) -> dict[str, Any]:
+    """The ``request`` of an AdmissionReview v1, or ValueError naming what is wrong."""
+    try:
+        review = json.loads(body)
+    except ValueError as error:
+        raise ValueError(f"The body is not JSON: {error}.") from None
+    if not isinstance(review, dict) or review.get("apiVersion") != "admission.k8s.io/v1" or \
+            review.get("kind") != "AdmissionReview":
+        raise ValueError("The body is not an admission.k8s.io/v1 AdmissionReview.")
+    request = review.get("request")
+    if not isinstance(request, dict) or not request.get("uid"):
+        raise ValueError("The AdmissionReview has no request with a uid.")
+    return request
