@@ -95,6 +95,11 @@ class BookingStore:
         locked = session.execute(
             select(PoolRow.name).where(PoolRow.name == name).with_for_update()
         ).scalar_one_or_none()
+        if locked is None and name in self.pools:
+            # a setup bug, not a user error: the service must sync pools before serving
+            raise RuntimeError(
+                f"Pool {name!r} is configured but not in the database: call sync_pools()."
+            )
         if locked is None:
             raise NotFound(f"There is no GPU pool named {name!r}.")
 

@@ -392,3 +392,13 @@ def test_sqlite_plans_the_overlap_query_on_the_pool_end_start_index(engine):
             ("a100", "2030-01-07 10:00:00", "2030-01-07 12:00:00"),
         ).all()
     assert "USING INDEX ix_bookings_pool_end_start" in " ".join(row[-1] for row in plan)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_store_whose_pools_were_never_synced_says_so(engine, pools, clock):
+    from jhub_gpubooking.db.session import make_session_factory
+    from jhub_gpubooking.db.store import BookingStore
+
+    unsynced = BookingStore(make_session_factory(engine), pools, clock=clock)
+    with pytest.raises(RuntimeError, match="'a100' is configured but not in the database"):
+        unsynced.create("alice", "a100", 1, at(11), at(12))
