@@ -1,0 +1,166 @@
+"""The benchmark scripts run in their tiny mode, print their tables, and report numbers that
+are consistent with each other; the simulator's own measures are checked on hand-made cases."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from benchmarks.lab_trace import (
+    Outcome,
+    classify_refusal,
+    first_fit,
+    jain_index,
+    reused_gpu_hours,
+)
+from benchmarks.tracegen import TraceShape, generate
+from jhub_gpubooking.core.errors import NoCapacity
+from jhub_gpubooking.core.model import Booking, Placement, Pool
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = datetime(2026, 9, 7, 9, 0, tzinfo=timezone.utc)
+POOL = Pool(name="p", slices_per_gpu=4, nodes={"n1": 2, "n2": 2})
+
+
+def run_script(module: str, tmp_path: Path, *args: str) -> tuple[str, dict]:
+    """Run ``python -m benchmarks.<module> --tiny`` and return its output and JSON results."""
+    result_file = tmp_path / f"{module}.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}", "--tiny", "--json", str(result_file),
+         *args],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout, json.loads(result_file.read_text())
+
+
+def booking(node: str, gpus: tuple[int, ...], slices: int, start_hour: float, end_hour: float,
+            amount: Fraction, booking_id: int = 1) -> Booking:
+    return Booking(user="u", pool="p", amount=amount, id=booking_id,
+                   start=T0 + timedelta(hours=start_hour), end=T0 + timedelta(hours=end_hour),
+                   placement=Placement(node, gpus, slices))
+
+
+# ---------------------------------------------------------------- the scripts
+
+
+def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
+    output, results = run_script("lab_trace", tmp_path, "--seed", "3")
+
+    assert "| replay " in output and "Targets (best fit, the product)" in output
+    bound = results["bound_gpu_hours"]
+    assert 0 < results["time_resolved_bound_gpu_hours"] <= bound + 1e-6
+    names = [r["replay"] for r in results["replays"]]
+    assert names == ["best fit (product)", "first fit", "whole GPUs, best fit",
+                     "best fit, no no-show release"]
+    for replay in results["replays"]:
+        assert replay["admitted_requests"] + replay["refused_requests"] == replay["requests"]
+        assert replay["admitted_gpu_hours"] <= bound + 1e-6
+        assert replay["share_of_bound"] == pytest.approx(replay["admitted_gpu_hours"] / bound)
+        assert replay["fragmentation_refusals"] == (
+            replay["refusals_fragmentation_spatial"] + replay["refusals_fragmentation_temporal"]
+        )
+        assert 0 <= replay["reused_gpu_hours"] <= replay["released_gpu_hours"] + 1e-9
+        assert replay["released_gpu_hours"] <= replay["no_show_gpu_hours"] + 1e-9
+        assert 0 < replay["fairness"] <= 1
+        assert all(0 <= share <= 1 for share in replay["refused_share_by_amount"].values())
+    no_release = results["replays"][3]
+    assert no_release["released_gpu_hours"] == no_release["reused_gpu_hours"] == 0
+    assert results["targets"]["share_of_bound"] == results["replays"][0]["share_of_bound"]
+
+
+def test_scaling_prints_latencies_for_both_history_sizes(tmp_path):
+    output, results = run_script("scaling", tmp_path)
+
+    assert "| backend " in output and "| sqlite " in output
+    for backend in results["results"]:
+        assert backend["sizes"] == {"small": 100, "large": 1000}
+        for size in ("small", "large"):
+            measured = backend[size]
+            assert measured["creates"] == 20
+            assert 0 < measured["median_ms"] <= measured["p99_ms"]
+        assert backend["median_ratio"] == pytest.approx(
+            backend["large"]["median_ms"] / backend["small"]["median_ms"]
+        )
+
+
+# ---------------------------------------------------------------- the simulator's measures
+
+
+def test_trace_is_seeded_and_follows_its_shape():
+    shape = TraceShape(users=5, weeks=1)
+    first, again = generate(shape, seed=7), generate(shape, seed=7)
+
+    assert first.requests == again.requests
+    assert first.requests != generate(shape, seed=8).requests
+    assert sum(len(members) for members in first.groups.values()) == 5
+    for request in first.requests:
+        assert request.start >= request.made_at.replace(second=0, microsecond=0) - timedelta(
+            minutes=15)
+        assert timedelta(minutes=15) <= request.length <= timedelta(hours=72)
+        assert request.start.minute % 15 == 0 and request.length.seconds % 900 == 0
+        assert request.amount in {a for a, _ in shape.amounts}
+        assert not (request.no_show and request.used_share is not None)
+
+
+def test_first_fit_takes_the_first_gpu_and_node_in_pool_order():
+    half_on_n1 = booking("n1", (0,), 2, 0, 4, Fraction(1, 2))
+
+    # best fit would top up n1/0; first fit also starts there because it comes first
+    assert first_fit(POOL, [half_on_n1], T0, T0 + timedelta(hours=1), Fraction(1, 2)) == \
+        Placement("n1", (0,), 2)
+    assert first_fit(POOL, [half_on_n1], T0, T0 + timedelta(hours=1), Fraction(3, 4)) == \
+        Placement("n1", (1,), 3)
+    assert first_fit(POOL, [half_on_n1], T0, T0 + timedelta(hours=1), Fraction(2)) == \
+        Placement("n2", (0, 1), 4)
+
+
+def test_first_fit_refuses_like_the_core_when_nothing_fits():
+    full = [booking(node, (0, 1), 4, 0, 2, Fraction(2), n) for n, node in enumerate(POOL.nodes)]
+
+    with pytest.raises(NoCapacity):
+        first_fit(POOL, full, T0, T0 + timedelta(hours=1), Fraction(1, 4))
+
+
+def test_refusals_are_told_apart_by_cause():
+    hour = timedelta(hours=1)
+    # three quarters used on every GPU: one quarter free on each, a half fits nowhere
+    quarters = [booking(node, (i,), 3, 0, 2, Fraction(3, 4), n)
+                for n, (node, i) in enumerate([("n1", 0), ("n1", 1), ("n2", 0), ("n2", 1)])]
+    assert classify_refusal(POOL, quarters, T0, T0 + hour, Fraction(1, 2)) == \
+        "fragmentation (spatial)"
+    assert classify_refusal(POOL, quarters, T0, T0 + hour, Fraction(2)) == "capacity"
+
+    # every GPU is free for part of [0 h, 2 h), but none for all of it
+    staggered = [booking("n1", (0,), 4, 0, 1, Fraction(1), 1),
+                 booking("n1", (1,), 4, 1, 2, Fraction(1), 2),
+                 booking("n2", (0, 1), 4, 0, 2, Fraction(2), 3)]
+    assert classify_refusal(POOL, staggered, T0, T0 + 2 * hour, Fraction(1)) == \
+        "fragmentation (temporal)"
+
+
+def test_reused_hours_count_only_slices_beyond_what_fitted_anyway():
+    no_show = booking("n1", (0,), 4, 0, 4, Fraction(1), 1)
+    outcome = Outcome("case")
+    outcome.released.append((no_show, T0 + timedelta(hours=1)))
+    outcome.admitted = {
+        1: no_show.with_changes(end=T0 + timedelta(hours=1)),
+        # a half GPU on the freed GPU for 2 of the 3 released hours
+        2: booking("n1", (0,), 2, 1, 3, Fraction(1, 2), 2),
+        # another GPU: never counts
+        3: booking("n2", (0,), 4, 0, 4, Fraction(1), 3),
+    }
+
+    assert reused_gpu_hours(POOL, outcome) == Fraction(1)
+
+
+def test_jain_index_is_one_for_equal_shares_and_one_over_n_for_a_monopoly():
+    assert jain_index([0.5, 0.5, 0.5]) == pytest.approx(1)
+    assert jain_index([1, 0, 0, 0]) == pytest.approx(0.25)
+    assert jain_index([1, 0.5]) == pytest.approx(0.9)
