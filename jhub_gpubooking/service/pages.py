@@ -22,6 +22,10 @@ TEMPLATE_NAME = "service/reservation.html"
 #: URL path of the page's assets under the service prefix; it mirrors the package layout
 #: (``static/service/``) so an application-wide ``static_path`` serves the same files.
 ASSET_PATH = "static/service/"
+#: ES modules that booking.js imports; the page maps each to its versioned URL (an import map)
+#: so a new release never mixes fresh and cached modules.
+PAGE_MODULES = ("common.js", "timeline.js")
+PAGE_ASSETS = ("booking.js", "booking.css", *PAGE_MODULES)
 
 _templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(PACKAGE_DIR / "templates"),
@@ -68,6 +72,11 @@ def page_context(
         "hub_darkmode_js_url": f"{hub_static}js/darkmode.js",
         "page_css_url": asset_urls["booking.css"],
         "page_js_url": asset_urls["booking.js"],
+        "import_map": {
+            "imports": {
+                f"{service_prefix}{ASSET_PATH}{name}": asset_urls[name] for name in PAGE_MODULES
+            }
+        },
         # read by booking.js; rendered with |tojson so it is safe inside <script>
         "page_config": {
             "apiUrl": f"{service_prefix}api/",
@@ -101,9 +110,7 @@ class ReservationPageHandler(BaseHandler):
             xsrf_token=self.xsrf_token.decode("ascii"),
             slot_minutes=service.slot_minutes,
             page_days=service.page_days,
-            asset_urls={
-                name: static_asset_url(service_prefix, name) for name in ("booking.js", "booking.css")
-            },
+            asset_urls={name: static_asset_url(service_prefix, name) for name in PAGE_ASSETS},
         )
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.set_header("Cache-Control", "no-store")

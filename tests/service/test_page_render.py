@@ -21,6 +21,8 @@ SERVICE_PREFIX = "/lab/services/gpus/"
 ASSET_URLS = {
     "booking.js": f"{SERVICE_PREFIX}static/service/booking.js?v=abc",
     "booking.css": f"{SERVICE_PREFIX}static/service/booking.css?v=def",
+    "common.js": f"{SERVICE_PREFIX}static/service/common.js?v=123",
+    "timeline.js": f"{SERVICE_PREFIX}static/service/timeline.js?v=456",
 }
 
 
@@ -50,7 +52,9 @@ class PageScan(HTMLParser):
         self.ids: set[str] = set()
         self.xsrf: str | None = None
         self.config_text = ""
-        self._in_config = False
+        self.import_map_text = ""
+        self.module_scripts: list[str] = []
+        self._inside: str | None = None
 
     def handle_starttag(self, tag, attrs):
         attributes = dict(attrs)
@@ -59,14 +63,19 @@ class PageScan(HTMLParser):
             self.ids.add(attributes["id"])
         if tag == "meta" and attributes.get("name") == "xsrf-token":
             self.xsrf = attributes["content"]
-        self._in_config = attributes.get("id") == "gpu-booking-config"
+        if tag == "script" and attributes.get("type") == "module":
+            self.module_scripts.append(attributes["src"])
+        if attributes.get("id") == "gpu-booking-config":
+            self._inside = "config_text"
+        elif attributes.get("type") == "importmap":
+            self._inside = "import_map_text"
 
     def handle_endtag(self, tag):
-        self._in_config = False
+        self._inside = None
 
     def handle_data(self, data):
-        if self._in_config:
-            self.config_text += data
+        if self._inside:
+            setattr(self, self._inside, getattr(self, self._inside) + data)
 
 
 def scan(html: str) -> PageScan:
@@ -93,6 +102,12 @@ def test_page_context_builds_every_url_from_the_prefixes():
         "hub_darkmode_js_url": "/lab/hub-x/static/js/darkmode.js",
         "page_css_url": "/lab/services/gpus/static/service/booking.css?v=def",
         "page_js_url": "/lab/services/gpus/static/service/booking.js?v=abc",
+        "import_map": {
+            "imports": {
+                "/lab/services/gpus/static/service/common.js": "/lab/services/gpus/static/service/common.js?v=123",
+                "/lab/services/gpus/static/service/timeline.js": "/lab/services/gpus/static/service/timeline.js?v=456",
+            }
+        },
         "page_config": {
             "apiUrl": "/lab/services/gpus/api/",
             "user": "ada",
@@ -113,6 +128,8 @@ def test_rendered_page_links_only_under_the_prefixes_and_carries_the_xsrf_token(
     assert "/services/gpu-booking/" not in html
     assert page.xsrf == "2|tok|en"
     assert json.loads(page.config_text) == make_context()["page_config"]
+    assert json.loads(page.import_map_text) == make_context()["import_map"]
+    assert page.module_scripts == ["/lab/services/gpus/static/service/booking.js?v=abc"]
     # the Hub's own stylesheet and the page's script are both included
     assert "/lab/hub-x/static/css/style.min.css" in page.urls
     assert "/lab/services/gpus/static/service/booking.js?v=abc" in page.urls
@@ -187,11 +204,16 @@ def test_page_served_through_the_hub_links_its_assets_and_its_xsrf_token_works(b
         }
         local_urls = [url for url in page.urls if not url.startswith("#")]
         assert all(url.startswith((hub.hub_prefix, hub.service_prefix)) for url in local_urls)
-        # the page's script and the Hub's stylesheet are both reachable where the page says
-        [script_url] = [url for url in page.urls if "booking.js" in url]
-        script = session.get(hub.public_url + script_url)
-        assert script.status_code == 200
-        assert script.content == (pages.STATIC_DIR / "booking.js").read_bytes()
+        # the page's modules and the Hub's stylesheet are all reachable where the page says
+        modules = {"booking.js": page.module_scripts[0]}
+        for plain_url, versioned_url in json.loads(page.import_map_text)["imports"].items():
+            assert versioned_url.startswith(plain_url + "?v=")
+            modules[plain_url.rsplit("/", 1)[1]] = versioned_url
+        assert set(modules) == {"booking.js", "common.js", "timeline.js"}
+        for name, url in modules.items():
+            script = session.get(hub.public_url + url)
+            assert script.status_code == 200
+            assert script.content == (pages.STATIC_DIR / name).read_bytes()
         stylesheet = session.get(f"{hub.public_url}{hub.hub_prefix}static/css/style.min.css")
         assert stylesheet.status_code == 200 and "text/css" in stylesheet.headers["Content-Type"]
 

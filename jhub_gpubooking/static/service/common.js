@@ -1,0 +1,122 @@
+// Shared helpers of the reservation page: config, API calls, DOM building, times and amounts.
+// The API sends UTC "Z" times; the page shows them in the browser's zone and sends UTC back.
+
+export const config = JSON.parse(document.getElementById("gpu-booking-config").textContent);
+const xsrfToken = document.querySelector('meta[name="xsrf-token"]').content;
+
+export const SLOT_MS = config.slotMinutes * 60_000;
+export const HOUR_MS = 3_600_000;
+export const DAY_MS = 24 * HOUR_MS;
+/** Bookings that still hold capacity and can be changed. */
+export const ACTIVE_STATES = new Set(["upcoming", "active"]);
+
+export const $ = (id) => document.getElementById(id);
+
+/** Build a DOM element; text children are inserted as text, never as HTML. */
+export function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (name === "dataset") Object.assign(node.dataset, value);
+    else if (name === "style") Object.assign(node.style, value);
+    else node.setAttribute(name, value === true ? "" : value);
+  }
+  node.append(...children.flat().filter((child) => child !== null && child !== undefined));
+  return node;
+}
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/** Call the booking API with the login cookie. HubOAuth wants the _xsrf token on every
+ * fetch(), reads included: it only skips the check for plain page navigation. */
+export async function api(method, path, body) {
+  const headers = { Accept: "application/json", "X-XSRFToken": xsrfToken };
+  const options = { method, headers, credentials: "same-origin" };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(body);
+  }
+  const response = await fetch(config.apiUrl + path, options);
+  const payload = await response.json().catch(() => null);
+  if (!response.ok) {
+    const message = payload && payload.message
+      ? payload.message
+      : `The booking service answered ${response.status} ${response.statusText}; please reload the page.`;
+    throw new ApiError(response.status, message);
+  }
+  return payload;
+}
+
+// ---------------------------------------------------------------- times
+
+const dateTimeFormat = new Intl.DateTimeFormat(undefined, {
+  weekday: "short", day: "numeric", month: "short", hour: "2-digit", minute: "2-digit",
+});
+export const timeFormat = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+export const dayFormat = new Intl.DateTimeFormat(undefined, { weekday: "short", day: "numeric", month: "short" });
+
+export const parseUtc = (text) => Date.parse(text);
+export const toUtcIso = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
+export const floorSlot = (ms) => Math.floor(ms / SLOT_MS) * SLOT_MS;
+const roundSlot = (ms) => Math.round(ms / SLOT_MS) * SLOT_MS;
+const sameDay = (a, b) => new Date(a).toDateString() === new Date(b).toDateString();
+export const byStart = (a, b) => parseUtc(a.start) - parseUtc(b.start);
+
+export function formatTime(ms) {
+  return dateTimeFormat.format(ms);
+}
+
+export function formatSpan(startMs, endMs) {
+  const end = sameDay(startMs, endMs - 1) ? timeFormat.format(endMs) : dateTimeFormat.format(endMs);
+  return `${dateTimeFormat.format(startMs)} – ${end}`;
+}
+
+/** datetime-local inputs hold local wall time without a zone. */
+export function toLocalInput(ms) {
+  const d = new Date(ms);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+/** Local input value -> epoch ms on the (UTC) slot grid, or null when empty or invalid. */
+export function fromLocalInput(input) {
+  const ms = new Date(input.value).getTime();
+  return Number.isNaN(ms) ? null : roundSlot(ms);
+}
+
+/** Keep typed times on the slot grid, so what is sent is what is shown. */
+export function snapInput(event) {
+  const ms = fromLocalInput(event.currentTarget);
+  if (ms !== null) event.currentTarget.value = toLocalInput(ms);
+}
+
+// ---------------------------------------------------------------- amounts
+
+function gcd(a, b) {
+  return b === 0 ? a : gcd(b, a % b);
+}
+
+export const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
+
+/** "1/4 GPU", "1 GPU", "2 GPUs": amounts shown as exact fractions of the pool's slices. */
+export function formatGpus(gpus, slicesPerGpu = 1) {
+  const slices = Math.round(gpus * slicesPerGpu);
+  const divisor = gcd(slices, slicesPerGpu);
+  const numerator = slices / divisor;
+  const denominator = slicesPerGpu / divisor;
+  return denominator === 1 ? plural(numerator, "GPU") : `${numerator}/${denominator} GPU`;
+}
+
+/** Amounts a pool can give: each slice step below one GPU, then whole GPUs up to one node's size. */
+export function amountChoices(pool) {
+  const choices = [];
+  for (let k = 1; k < pool.slices_per_gpu; k++) choices.push(k / pool.slices_per_gpu);
+  for (let n = 1; n <= pool.max_gpus_per_booking; n++) choices.push(n);
+  return choices;
+}
