@@ -8,14 +8,24 @@ import os
 import platform
 import statistics
 import sys
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 #: Packages whose versions decide the numbers, named in every machine description.
 MEASURED_PACKAGES = (
     "jupyterhub", "jupyterhub-kubespawner", "SQLAlchemy", "tornado", "psycopg", "httpx",
 )
+
+#: The PostgreSQL server the benchmarks create throw-away databases on (trust auth).
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -73,3 +83,32 @@ def write_json(path: str | None, results: dict[str, Any]) -> None:
         return
     payload = {"machine": machine_description(), "argv": sys.argv, **results}
     Path(path).write_text(json.dumps(payload, indent=2, default=str))
+
+
+@contextmanager
+def postgres_databases(server_url: str, names: list[str]) -> Iterator[dict[str, str]]:
+    """Throw-away databases on the server, dropped on exit."""
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    created = {name: f"gpub_bench_{uuid.uuid4().hex[:10]}" for name in names}
+    try:
+        with admin.connect() as connection:
+            for database in created.values():
+                connection.execute(text(f"CREATE DATABASE {database}"))
+        yield {name: make_url(server_url).set(database=database).render_as_string(False)
+               for name, database in created.items()}
+    finally:
+        with admin.connect() as connection:
+            for database in created.values():
+                connection.execute(text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+        admin.dispose()
+
+
+def postgres_unreachable(server_url: str) -> str | None:
+    engine = create_engine(server_url, connect_args={"connect_timeout": 3})
+    try:
+        with engine.connect():
+            return None
+    except DBAPIError as error:
+        return f"PostgreSQL at {server_url} unreachable: {error.orig}"
+    finally:
+        engine.dispose()

@@ -33,10 +33,10 @@ import argparse
 import heapq
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
-from typing import Callable
 
 from jhub_gpubooking.core import placement as placing
 from jhub_gpubooking.core.errors import NoCapacity

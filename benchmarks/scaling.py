@@ -22,16 +22,13 @@ import argparse
 import random
 import tempfile
 import time
-import uuid
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
 
-from sqlalchemy import Engine, create_engine, func, insert, select, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine, func, insert, select, text
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.model import Pool
@@ -39,7 +36,15 @@ from jhub_gpubooking.db.models import BookingEventRow, BookingRow
 from jhub_gpubooking.db.session import make_engine, make_session_factory, upgrade
 from jhub_gpubooking.db.store import BookingStore
 
-from .common import markdown_table, percentile, print_machine, write_json
+from .common import (
+    DEFAULT_POSTGRES_URL,
+    markdown_table,
+    percentile,
+    postgres_databases,
+    postgres_unreachable,
+    print_machine,
+    write_json,
+)
 
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
 HISTORY_USERS = 200
@@ -132,35 +137,6 @@ def sqlite_databases(names: list[str]) -> Iterator[dict[str, str]]:
         yield {name: f"sqlite:///{Path(folder) / name}.sqlite" for name in names}
 
 
-@contextmanager
-def postgres_databases(server_url: str, names: list[str]) -> Iterator[dict[str, str]]:
-    """Throw-away databases on the server, dropped on exit."""
-    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
-    created = {name: f"gpub_bench_{uuid.uuid4().hex[:10]}" for name in names}
-    try:
-        with admin.connect() as connection:
-            for database in created.values():
-                connection.execute(text(f"CREATE DATABASE {database}"))
-        yield {name: make_url(server_url).set(database=database).render_as_string(False)
-               for name, database in created.items()}
-    finally:
-        with admin.connect() as connection:
-            for database in created.values():
-                connection.execute(text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
-        admin.dispose()
-
-
-def postgres_unreachable(server_url: str) -> str | None:
-    engine = create_engine(server_url, connect_args={"connect_timeout": 3})
-    try:
-        with engine.connect():
-            return None
-    except DBAPIError as error:
-        return f"PostgreSQL at {server_url} unreachable: {error.orig}"
-    finally:
-        engine.dispose()
-
-
 def run_backend(backend: str, urls: dict[str, str], sizes: dict[str, int], creates: int,
                 seed: int) -> dict:
     engines = {name: make_engine(url) for name, url in urls.items()}
@@ -187,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=1_000, help="past bookings, small database")
     parser.add_argument("--large", type=int, default=1_000_000, help="past bookings, large one")
     parser.add_argument("--creates", type=int, default=200, help="timed creates per database")
-    parser.add_argument("--postgres-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
+    parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL,
                         help="server to create throw-away databases on ('' to skip PostgreSQL)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--tiny", action="store_true", help="100 vs 1,000 bookings, 20 creates")
