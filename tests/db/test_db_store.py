@@ -12,6 +12,8 @@ from sqlalchemy import event, select
 from jhub_gpubooking.core.errors import Conflict, InvalidRequest, NoCapacity, NotFound
 from jhub_gpubooking.core.model import BookingState, Placement, Pool
 from jhub_gpubooking.db.models import BookingRow, FeedTokenRow, PoolRow
+from jhub_gpubooking.db.session import make_session_factory
+from jhub_gpubooking.db.store import BookingStore
 
 
 def kinds(store, booking_id: int) -> list[str]:
@@ -396,9 +398,6 @@ def test_sqlite_plans_the_overlap_query_on_the_pool_end_start_index(engine):
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_store_whose_pools_were_never_synced_says_so(engine, pools, clock):
-    from jhub_gpubooking.db.session import make_session_factory
-    from jhub_gpubooking.db.store import BookingStore
-
     unsynced = BookingStore(make_session_factory(engine), pools, clock=clock)
     with pytest.raises(RuntimeError, match="'a100' is configured but not in the database"):
         unsynced.create("alice", "a100", 1, at(11), at(12))

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from db_test_times import NOW, at
 
 from jhub_gpubooking.core.errors import PolicyViolation
-
-from db_test_times import NOW, at
 
 POLICY = {"max_minutes": 120, "max_bookings": 2}
 GROUP_POLICIES = {"long-jobs": {"max_minutes": 480}}
