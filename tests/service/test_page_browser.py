@@ -15,8 +15,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-
 from conftest import RunningHub, start_booking_hub
+
 from jhub_gpubooking.core.timegrid import format_time
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -25,17 +25,33 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 BROWSER_ZONE = "Europe/Berlin"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 
 PAGE_POOLS = [
-    {"name": "a100", "display_name": "A100 80GB", "gpu_model": "NVIDIA A100", "gpu_memory_mib": 81920,
-     "nodes": {"node-a": 2, "node-b": 2}},
-    {"name": "shared", "display_name": "L40S shared", "gpu_model": "NVIDIA L40S", "gpu_memory_mib": 46068,
-     "backend": "hami", "slices_per_gpu": 4, "nodes": {"node-s": 1}},
+    {
+        "name": "a100",
+        "display_name": "A100 80GB",
+        "gpu_model": "NVIDIA A100",
+        "gpu_memory_mib": 81920,
+        "nodes": {"node-a": 2, "node-b": 2},
+    },
+    {
+        "name": "shared",
+        "display_name": "L40S shared",
+        "gpu_model": "NVIDIA L40S",
+        "gpu_memory_mib": 46068,
+        "backend": "hami",
+        "slices_per_gpu": 4,
+        "nodes": {"node-s": 1},
+    },
 ]
 
 
@@ -111,7 +127,9 @@ def api_bookings(hub: RunningHub, user: str) -> dict[int, dict]:
     return {booking["id"]: booking for booking in response.json()}
 
 
-def book_through_api(hub: RunningHub, user: str, pool: str, gpus, start: datetime, end: datetime) -> dict:
+def book_through_api(
+    hub: RunningHub, user: str, pool: str, gpus, start: datetime, end: datetime
+) -> dict:
     body = {"pool": pool, "gpus": gpus, "start": utc(start), "end": utc(end)}
     response = hub.api(hub.user_token(user)).post("api/bookings", json=body)
     assert response.status_code == 201, response.text
@@ -138,7 +156,12 @@ def test_user_books_a_share_and_sees_it_on_the_timeline_and_in_my_bookings(hub, 
     assert page.locator("#gb-time-zone").inner_text() == BROWSER_ZONE
     assert page.locator("#gb-admin").count() == 0
     page.select_option("#gb-pool", "shared")
-    assert page.locator("#gb-amount option").all_inner_texts() == ["1/4 GPU", "1/2 GPU", "3/4 GPU", "1 GPU"]
+    assert page.locator("#gb-amount option").all_inner_texts() == [
+        "1/4 GPU",
+        "1/2 GPU",
+        "3/4 GPU",
+        "1 GPU",
+    ]
 
     start, end = windows.next()
     fill_booking_form(page, "shared", "1/2 GPU", start, end, note="fine-tuning")
@@ -166,8 +189,11 @@ def test_user_books_a_share_and_sees_it_on_the_timeline_and_in_my_bookings(hub, 
     # a shorter view zooms in: the same stretch, wider, with hour marks on the axis
     width_in_week = segment.bounding_box()["width"]
     page.select_option("#gb-range", "3")
-    page.wait_for_function("!document.querySelector('.gb-axis').textContent.includes('" +
-                           (start + timedelta(days=3)).strftime("%-d %b") + "')")
+    page.wait_for_function(
+        "!document.querySelector('.gb-axis').textContent.includes('"
+        + (start + timedelta(days=3)).strftime("%-d %b")
+        + "')"
+    )
     zoomed = shared_row.locator(f'.gb-seg[data-start="{utc(start)}"]')
     assert zoomed.bounding_box()["width"] > 2 * width_in_week
     assert re.search(r"\b(0[0-9]|1[0-9]|2[0-3]):00\b", page.locator(".gb-axis").inner_text())
@@ -186,14 +212,17 @@ def test_timeline_stretch_fills_the_form_and_arrow_keys_move_along_the_bar(hub, 
     segments = page.locator('.gb-pool-row[data-pool="a100"] .gb-seg')
     segments.first.focus()
     page.keyboard.press("ArrowRight")
-    assert page.evaluate("document.activeElement.dataset.start") == segments.nth(1).get_attribute("data-start")
+    assert page.evaluate("document.activeElement.dataset.start") == segments.nth(1).get_attribute(
+        "data-start"
+    )
 
 
 def test_refusal_is_explained_in_place_with_the_api_message(hub, context):
     start, end = windows.next()
     book_through_api(hub, "bob", "shared", 0.75, start, end)
     refused = hub.api(hub.user_token("ada")).post(
-        "api/bookings", json={"pool": "shared", "gpus": 0.5, "start": utc(start), "end": utc(end)})
+        "api/bookings", json={"pool": "shared", "gpus": 0.5, "start": utc(start), "end": utc(end)}
+    )
     assert refused.status_code == 409
 
     page = open_page(context, hub, "ada")
@@ -213,7 +242,9 @@ def test_user_extends_by_a_slot_picks_a_new_end_and_cancels(hub, context):
     mine = page.locator("#gb-mine-feedback")
 
     page.get_by_role("button", name=f"Extend booking {booking['id']} by 15 minutes").click()
-    page.wait_for_function("document.querySelector('#gb-mine-feedback').textContent.includes('now ends')")
+    page.wait_for_function(
+        "document.querySelector('#gb-mine-feedback').textContent.includes('now ends')"
+    )
     assert api_bookings(hub, "ada")[booking["id"]]["end"] == utc(end + timedelta(minutes=15))
 
     new_end = end + timedelta(minutes=45)
@@ -225,7 +256,9 @@ def test_user_extends_by_a_slot_picks_a_new_end_and_cancels(hub, context):
     assert api_bookings(hub, "ada")[booking["id"]]["end"] == utc(new_end)
 
     row.get_by_role("button", name=re.compile(f"^Cancel booking {booking['id']} ")).click()
-    page.wait_for_function("document.querySelector('#gb-mine-feedback').textContent.includes('is cancelled')")
+    page.wait_for_function(
+        "document.querySelector('#gb-mine-feedback').textContent.includes('is cancelled')"
+    )
     assert mine.inner_text() == f"Booking {booking['id']} is cancelled."
     assert api_bookings(hub, "ada")[booking["id"]]["state"] == "cancelled"
     assert row.count() == 0  # cancelled bookings are hidden unless asked for
@@ -274,10 +307,30 @@ def test_admin_sees_all_bookings_and_blocks_a_node_for_maintenance(hub, context)
     screenshot(page, "admin-maintenance")
 
     collision.get_by_role("button", name=re.compile("^Force cancel")).click()
-    page.wait_for_function("document.querySelector('#gb-admin-feedback').textContent.includes('is cancelled')")
+    page.wait_for_function(
+        "document.querySelector('#gb-admin-feedback').textContent.includes('is cancelled')"
+    )
     assert api_bookings(hub, "bob")[bobs["id"]]["state"] == "cancelled"
 
     page.get_by_role("button", name=f"Delete maintenance window {created['id']}").click()
-    page.wait_for_function("document.querySelector('#gb-admin-feedback').textContent.includes('is deleted')")
+    page.wait_for_function(
+        "document.querySelector('#gb-admin-feedback').textContent.includes('is deleted')"
+    )
     remaining = hub.api(hub.user_token("carol")).get("api/maintenance").json()
     assert created["id"] not in [w["id"] for w in remaining]
+
+
+def test_page_follows_the_hubs_dark_theme(hub, browser):
+    # the Hub's own darkmode.js (loaded from the Hub prefix) applies the browser's preference
+    dark = browser.new_context(
+        timezone_id=BROWSER_ZONE,
+        locale="en-GB",
+        color_scheme="dark",
+        viewport={"width": 1280, "height": 900},
+    )
+    try:
+        page = open_page(dark, hub, "ada")
+        assert page.evaluate("document.documentElement.dataset.bsTheme") == "dark"
+        screenshot(page, "reservation-page-dark")
+    finally:
+        dark.close()

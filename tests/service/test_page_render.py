@@ -27,18 +27,18 @@ ASSET_URLS = {
 
 
 def make_context(**overrides):
-    arguments = dict(
-        page_title="GPU bookings",
-        announcement="",
-        user_name="ada",
-        is_admin=False,
-        service_prefix=SERVICE_PREFIX,
-        hub_prefix=HUB_PREFIX,
-        xsrf_token="2|tok|en",
-        slot_minutes=15,
-        page_days=7,
-        asset_urls=ASSET_URLS,
-    )
+    arguments = {
+        "page_title": "GPU bookings",
+        "announcement": "",
+        "user_name": "ada",
+        "is_admin": False,
+        "service_prefix": SERVICE_PREFIX,
+        "hub_prefix": HUB_PREFIX,
+        "xsrf_token": "2|tok|en",
+        "slot_minutes": 15,
+        "page_days": 7,
+        "asset_urls": ASSET_URLS,
+    }
     arguments.update(overrides)
     return pages.page_context(**arguments)
 
@@ -142,7 +142,10 @@ def test_form_controls_have_labels_and_the_refusal_box_is_live():
     for control in ("gb-pool", "gb-amount", "gb-start", "gb-end", "gb-note"):
         assert control in page.ids
         assert f'for="{control}"' in html
-    assert 'id="gb-form-feedback" class="alert mt-3 mb-0 d-none" role="alert" aria-live="assertive"' in html
+    assert (
+        'id="gb-form-feedback" class="alert mt-3 mb-0 d-none" role="alert" aria-live="assertive"'
+        in html
+    )
 
 
 def test_admin_section_only_for_admins():
@@ -160,7 +163,9 @@ def test_user_supplied_text_is_escaped_in_html_and_in_the_config_script():
 
 
 def test_announcement_and_title_come_from_the_service_config():
-    html = pages.render_page(make_context(page_title="Lab GPUs", announcement="Node a1 is down today."))
+    html = pages.render_page(
+        make_context(page_title="Lab GPUs", announcement="Node a1 is down today.")
+    )
     assert "<title>Lab GPUs</title>" in html
     assert "Node a1 is down today." in html
     assert "gb-announcement" not in scan(pages.render_page(make_context())).ids
@@ -181,7 +186,11 @@ def test_page_handlers_route_the_page_and_its_assets_under_the_prefix():
     rules = application.default_router.rules[0].target.rules
     matches = {
         path: next((rule for rule in rules if rule.matcher.regex.match(path)), None)
-        for path in ("/lab/services/gpus/", "/lab/services/gpus/static/service/booking.js", "/other/")
+        for path in (
+            "/lab/services/gpus/",
+            "/lab/services/gpus/static/service/booking.js",
+            "/other/",
+        )
     }
     assert matches["/lab/services/gpus/"].target is pages.ReservationPageHandler
     asset_route = matches["/lab/services/gpus/static/service/booking.js"]
@@ -199,8 +208,11 @@ def test_page_served_through_the_hub_links_its_assets_and_its_xsrf_token_works(b
         assert response.headers["Content-Type"].startswith("text/html")
         page = scan(response.text)
         assert json.loads(page.config_text) == {
-            "apiUrl": f"{hub.service_prefix}api/", "user": "ada", "isAdmin": False,
-            "slotMinutes": 15, "pageDays": 7,
+            "apiUrl": f"{hub.service_prefix}api/",
+            "user": "ada",
+            "isAdmin": False,
+            "slotMinutes": 15,
+            "pageDays": 7,
         }
         local_urls = [url for url in page.urls if not url.startswith("#")]
         assert all(url.startswith((hub.hub_prefix, hub.service_prefix)) for url in local_urls)
@@ -220,8 +232,12 @@ def test_page_served_through_the_hub_links_its_assets_and_its_xsrf_token_works(b
         # the rendered token is the one HubOAuth checks on cookie-authenticated writes
         assert page.xsrf == hub.xsrf_headers(session)["X-XSRFToken"]
         start = floor_to_grid(datetime.now(timezone.utc), 60) + timedelta(days=1)
-        body = {"pool": "a100", "gpus": 1, "start": format_time(start),
-                "end": format_time(start + timedelta(hours=1))}
+        body = {
+            "pool": "a100",
+            "gpus": 1,
+            "start": format_time(start),
+            "end": format_time(start + timedelta(hours=1)),
+        }
         assert session.post("api/bookings", json=body).status_code == 403
         booked = session.post("api/bookings", json=body, headers={"X-XSRFToken": page.xsrf})
         assert booked.status_code == 201, booked.text
