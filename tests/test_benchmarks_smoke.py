@@ -90,6 +90,25 @@ def test_scaling_prints_latencies_for_both_history_sizes(tmp_path):
         )
 
 
+@pytest.mark.e2e
+def test_api_throughput_measures_every_operation_against_a_real_hub(tmp_path):
+    output, results = run_script("api_throughput", tmp_path)
+
+    assert "| backend | operation " in output and "create / hub req/s" in output
+    (sqlite,) = results["results"]
+    operations = sqlite["operations"]
+    assert list(operations) == ["hub GET api/user", "booking create", "booking list",
+                                "booking cancel"]
+    for operation in operations.values():
+        # 5 clients x 2 rounds, every request answered as expected
+        assert operation["requests"] == 10 and operation["failures"] == {}
+        assert 0 < operation["p50_ms"] <= operation["p99_ms"]
+    assert sqlite["create_vs_hub"] == pytest.approx(
+        operations["booking create"]["requests_per_second"]
+        / operations["hub GET api/user"]["requests_per_second"]
+    )
+
+
 # ---------------------------------------------------------------- the simulator's measures
 
 

@@ -1,0 +1,214 @@
+"""Booking API throughput under 100 concurrent clients, next to the Hub's own ``GET api/user``.
+
+Run from the repository root (a few minutes on 2 cores; ``--tiny`` takes under a minute)::
+
+    python -m benchmarks.api_throughput [--clients 100] [--rounds 10]
+                                        [--postgres-url URL] [--json results.json]
+
+For each database (SQLite, and PostgreSQL when the server answers) the demo is started on free
+ports (:class:`demo.launch.Demo`: simulated cluster, real JupyterHub and proxy, the booking
+service managed by the Hub) and ``--clients`` users each get a Hub API token. Every round runs
+four phases one after the other, each with all clients at once through the proxy: the Hub's
+``GET {hub prefix}api/user``, then booking create, list (the user's upcoming bookings) and cancel
+on the service. Client ``i`` books a quarter A100 for the ``i``-th hour from tomorrow on, so no
+request is refused for capacity; every create still takes the pool lock. Reported per operation:
+requests/s (completed requests / wall time of its phases), p50 and p99 latency, failures, and
+create's throughput relative to the Hub's call (target >= 1.0x, p99 <= 50 ms). The clients run
+on the same 2 cores as the Hub, the proxy and the service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+from jupyterhub.utils import url_path_join
+
+from demo.launch import Demo, free_port
+from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
+
+from .common import (
+    DEFAULT_POSTGRES_URL,
+    markdown_table,
+    percentile,
+    postgres_databases,
+    postgres_unreachable,
+    print_machine,
+    write_json,
+)
+
+HERE = Path(__file__).resolve().parent
+#: The demo's Hub serves at the root of its URL; its API and services hang off these prefixes.
+BASE_URL = "/"
+HUB_PREFIX = url_path_join(BASE_URL, "hub/")
+SERVICE_PREFIX = url_path_join(BASE_URL, "services", "gpu-booking/")
+POOL = "a100"
+OPERATIONS = ("hub GET api/user", "booking create", "booking list", "booking cancel")
+TARGET_RATIO, TARGET_P99_MS = 1.0, 50.0
+
+
+@dataclass
+class Phase:
+    """Latencies (ms), wall time and failures of one operation over all rounds."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+async def timed(phase: Phase, request, expected: int) -> httpx.Response | None:
+    began = time.perf_counter()
+    try:
+        response = await request
+    except httpx.HTTPError as error:
+        phase.failures[type(error).__name__] += 1
+        return None
+    phase.latencies_ms.append((time.perf_counter() - began) * 1000)
+    if response.status_code != expected:
+        phase.failures[f"HTTP {response.status_code}"] += 1
+        return None
+    return response
+
+
+async def run_phase(phase: Phase, requests) -> list[httpx.Response | None]:
+    began = time.perf_counter()
+    results = await asyncio.gather(*requests)
+    phase.wall_seconds += time.perf_counter() - began
+    return results
+
+
+async def user_tokens(client: httpx.AsyncClient, hub_api: str, admin_token: str,
+                      clients: int) -> list[str]:
+    """Create the benchmark users and one API token each, through the Hub's REST API."""
+    names = [f"bench-{n:03d}" for n in range(clients)]
+    headers = {"Authorization": f"token {admin_token}"}
+    response = await client.post(url_path_join(hub_api, "users"), json={"usernames": names},
+                                 headers=headers)
+    response.raise_for_status()
+    tokens = []
+    for name in names:
+        response = await client.post(url_path_join(hub_api, "users", name, "tokens"),
+                                     json={"note": "api_throughput"}, headers=headers)
+        response.raise_for_status()
+        tokens.append(response.json()["token"])
+    return tokens
+
+
+async def measure(hub_url: str, admin_token: str, clients: int, rounds: int) -> dict[str, Phase]:
+    hub_api = url_path_join(hub_url, HUB_PREFIX, "api")
+    bookings_url = url_path_join(hub_url, SERVICE_PREFIX, "api", "bookings")
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    phases = {name: Phase() for name in OPERATIONS}
+    tomorrow = ceil_to_grid(datetime.now(timezone.utc), 60) + timedelta(days=1)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        tokens = await user_tokens(client, hub_api, admin_token, clients)
+        auth = [{"Authorization": f"token {token}"} for token in tokens]
+        for _ in range(rounds):
+            await run_phase(phases["hub GET api/user"], [
+                timed(phases["hub GET api/user"], client.get(url_path_join(hub_api, "user"),
+                                                             headers=h), 200)
+                for h in auth
+            ])
+            created = await run_phase(phases["booking create"], [
+                timed(phases["booking create"], client.post(bookings_url, headers=h, json={
+                    "pool": POOL, "gpus": "1/4",
+                    "start": format_time(tomorrow + timedelta(hours=i)),
+                    "end": format_time(tomorrow + timedelta(hours=i + 1)),
+                }), 201)
+                for i, h in enumerate(auth)
+            ])
+            await run_phase(phases["booking list"], [
+                timed(phases["booking list"], client.get(
+                    bookings_url, params={"state": "upcoming"}, headers=h), 200)
+                for h in auth
+            ])
+            await run_phase(phases["booking cancel"], [
+                timed(phases["booking cancel"], client.delete(
+                    url_path_join(bookings_url, str(response.json()["id"])), headers=h), 200)
+                for response, h in zip(created, auth) if response is not None
+            ])
+    return phases
+
+
+def run_backend(backend: str, db_url: str, clients: int, rounds: int, log_dir: Path) -> dict:
+    admin_token = secrets.token_hex(32)
+    ports = {name: str(free_port()) for name in
+             ("DEMO_HUB_PORT", "DEMO_PROXY_API_PORT", "DEMO_SERVICE_PORT")}
+    with tempfile.TemporaryDirectory(prefix="gpub-throughput-") as state:
+        demo = Demo(state_dir=Path(state), port=free_port(), k8s_port=free_port(),
+                    admin_token=admin_token, hub_config=HERE / "hub_config.py",
+                    extra_env={**ports, "BENCH_BOOKING_DB_URL": db_url},
+                    log_dir=log_dir / backend)
+        with demo:
+            phases = asyncio.run(measure(demo.hub_url, admin_token, clients, rounds))
+    result = {"backend": backend, "clients": clients, "rounds": rounds, "operations": {}}
+    for name, phase in phases.items():
+        samples = phase.latencies_ms or [float("nan")]
+        result["operations"][name] = {
+            "requests": len(phase.latencies_ms),
+            "requests_per_second": len(phase.latencies_ms) / phase.wall_seconds,
+            "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
+            "failures": dict(phase.failures),
+        }
+    operations = result["operations"]
+    result["create_vs_hub"] = (operations["booking create"]["requests_per_second"]
+                               / operations["hub GET api/user"]["requests_per_second"])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL,
+                        help="server for a throw-away booking database ('' to skip PostgreSQL)")
+    parser.add_argument("--log-dir", default=None,
+                        help="keep the Hub's and the cluster's logs here (default: discarded)")
+    parser.add_argument("--tiny", action="store_true", help="5 clients, 2 rounds, SQLite only")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.clients, args.rounds, args.postgres_url = 5, 2, ""
+    print_machine()
+    results = []
+    with ExitStack() as stack:
+        log_dir = Path(args.log_dir or stack.enter_context(tempfile.TemporaryDirectory()))
+        databases = {"sqlite": f"sqlite:///{stack.enter_context(tempfile.TemporaryDirectory())}"
+                               "/gpubooking.sqlite"}
+        reason = postgres_unreachable(args.postgres_url) if args.postgres_url else "skipped"
+        if reason:
+            print(f"PostgreSQL not measured: {reason}")
+        else:
+            databases["postgresql"] = stack.enter_context(
+                postgres_databases(args.postgres_url, ["booking"]))["booking"]
+        for backend, db_url in databases.items():
+            results.append(run_backend(backend, db_url, args.clients, args.rounds, log_dir))
+    print()
+    print(markdown_table(
+        ["backend", "operation", "requests", "req/s", "p50 ms", "p99 ms", "failures"],
+        [[r["backend"], name, op["requests"], op["requests_per_second"], op["p50_ms"],
+          op["p99_ms"], ", ".join(f"{k}: {v}" for k, v in op["failures"].items()) or "0"]
+         for r in results for name, op in r["operations"].items()],
+    ))
+    print()
+    print(markdown_table(
+        ["backend", "create / hub req/s", "target", "create p99 ms", "target"],
+        [[r["backend"], r["create_vs_hub"], f">= {TARGET_RATIO}",
+          r["operations"]["booking create"]["p99_ms"], f"<= {TARGET_P99_MS:.0f}"]
+         for r in results],
+    ))
+    write_json(args.json, {"results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
