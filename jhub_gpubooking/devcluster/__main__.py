@@ -48,7 +48,7 @@ async def serve(options: argparse.Namespace) -> None:
     await cluster.start()
     try:
         if options.write_kubeconfig:
-            cluster.write_kubeconfig(options.write_kubeconfig)
+            cluster.write_kubeconfig(options.write_kubeconfig, namespace=(options.namespace or ['default'])[0])
             print(f"kubeconfig written to {options.write_kubeconfig}", flush=True)
         print(f"devcluster serving the Kubernetes API at {cluster.url} (Ctrl-C to stop)", flush=True)
         await stopping.wait()

@@ -178,10 +178,10 @@ class ResourceHandler(KubeHandler):
                 obj.clear()
                 obj.update(patched)
         else:
-            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: "
-                                                        f"accepted media types include: application/json-patch+json, "
-                                                        f"application/merge-patch+json, "
-                                                        f"application/strategic-merge-patch+json")
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format: "
+                                                        "accepted media types include: application/json-patch+json, "
+                                                        "application/merge-patch+json, "
+                                                        "application/strategic-merge-patch+json")
         self.write_json(self.store.update(resource, namespace, name, mutate))
 
     def delete(self, namespace: str | None, resource: str, name: str | None = None) -> None:

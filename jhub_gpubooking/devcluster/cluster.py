@@ -120,7 +120,7 @@ class DevCluster:
         if self.kubelet is not None:
             await self.kubelet.shutdown()
 
-    async def __aenter__(self) -> DevCluster:
+    async def __aenter__(self) -> DevCluster:  # noqa: PYI034 (typing.Self needs Python 3.11)
         return await self.start()
 
     async def __aexit__(self, *exc_info) -> None:

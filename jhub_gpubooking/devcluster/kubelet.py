@@ -176,7 +176,7 @@ class Kubelet:
             record_event(self.store, pod, "Pulled",
                          f'Container image "{container.get("image", "")}" already present on machine')
             record_event(self.store, pod, "Created", f"Created container {container['name']}")
-            with open(workdir / "container.log", "ab") as log_file:
+            with open(workdir / "container.log", "ab") as log_file:  # noqa: ASYNC230 (local, once per pod)
                 running.process = await asyncio.create_subprocess_exec(
                     *argv, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file, stderr=asyncio.subprocess.STDOUT, start_new_session=True)

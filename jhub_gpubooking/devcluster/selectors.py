@@ -6,8 +6,8 @@ Part of the devcluster, a *contract test of the Kubernetes API calls KubeSpawner
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .errors import ApiError
 

@@ -11,9 +11,9 @@ import copy
 import re
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable
 
 from .errors import ApiError
 from .selectors import Predicate
@@ -143,8 +143,8 @@ class ObjectStore:
             metadata["name"] = metadata["generateName"] + uuid.uuid4().hex[:5]
         name = metadata.get("name") or ""
         if not _DNS_SUBDOMAIN.match(name):
-            causes = [f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 subdomain must '
-                      "consist of lower case alphanumeric characters, '-' or '.'"]
+            causes = [(f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 subdomain must '
+                      "consist of lower case alphanumeric characters, '-' or '.'")]
             raise ApiError.invalid(kind, name, causes)
         if namespaced:
             if metadata.get("namespace") not in (None, namespace):

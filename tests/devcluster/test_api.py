@@ -6,13 +6,12 @@ import base64
 import json
 
 import pytest
+from devcluster_helpers import pod_manifest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from tornado.httpclient import AsyncHTTPClient
 
 from jhub_gpubooking.devcluster.selectors import make_filter
-
-from devcluster_helpers import pod_manifest
 
 
 def status_of(error: ApiException) -> dict:

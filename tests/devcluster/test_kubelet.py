@@ -20,11 +20,11 @@ from jhub_gpubooking.devcluster.kubelet import bind_inside_pod, container_argv
 
 # Starts a child (same process group) and writes both pids, then waits forever.
 FAMILY = [sys.executable, "-c",
-          "import os, subprocess, time\n"
+          ("import os, subprocess, time\n"
           "child = subprocess.Popen(['sleep', '600'])\n"
           "open('pids.tmp', 'w').write(f'{os.getpid()} {child.pid}')\n"
           "os.rename('pids.tmp', 'pids')\n"
-          "time.sleep(600)"]
+          "time.sleep(600)")]
 
 
 def process_alive(pid: int) -> bool:

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import jupyterhub
 import pytest
 from jupyterhub.objects import Hub, Server
+from kubernetes_asyncio.config import kube_config
 from kubespawner import KubeSpawner
 from kubespawner.clients import load_config
-from kubernetes_asyncio.config import kube_config
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient
 from tornado.httpserver import HTTPServer

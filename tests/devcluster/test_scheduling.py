@@ -140,11 +140,11 @@ async def test_adding_a_node_schedules_waiting_pods(cluster, core):
     ({"limits": {"nvidia.com/gpu": "500m"}},
      'spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "500m": must be an integer'),
     ({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
-     'spec.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "1": '
-     "must be equal to nvidia.com/gpu limit of 2"),
+     ('spec.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "1": '
+     "must be equal to nvidia.com/gpu limit of 2")),
     ({"requests": {"nvidia.com/gpumem": "4000"}},
-     "spec.containers[0].resources.limits[nvidia.com/gpumem]: Required value: "
-     "Limit must be set for non overcommitable resources"),
+     ("spec.containers[0].resources.limits[nvidia.com/gpumem]: Required value: "
+     "Limit must be set for non overcommitable resources")),
 ])
 async def test_bad_extended_resources_are_rejected_422(core, resources, cause):
     with pytest.raises(ApiException) as raised:
