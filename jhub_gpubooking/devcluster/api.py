@@ -82,6 +82,11 @@ class KubeHandler(web.RequestHandler):
 
 
 class VersionHandler(KubeHandler):
+    """``/version`` is public on real API servers too (system:public-info-viewer)."""
+
+    def prepare(self) -> None:
+        pass
+
     def get(self) -> None:
         self.write_json(KUBERNETES_VERSION)
 

@@ -173,10 +173,12 @@ async def test_watch_sends_bookmarks_when_asked(cluster):
     assert lines[-1]["object"]["metadata"]["resourceVersion"] == str(cluster.store.resource_version)
 
 
-async def test_requests_without_the_token_are_401(cluster):
+async def test_requests_without_the_token_are_401_except_version(cluster):
     response = await AsyncHTTPClient().fetch(f"{cluster.url}/api/v1/namespaces", raise_error=False)
     assert response.code == 401
     assert json.loads(response.body)["reason"] == "Unauthorized"
+    version = await AsyncHTTPClient().fetch(f"{cluster.url}/version")
+    assert json.loads(version.body)["major"] == "1"
 
 
 async def test_discovery_endpoints(cluster, api_client):
