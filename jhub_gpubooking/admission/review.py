@@ -43,6 +43,7 @@ class AdmissionSettings:
 
     pools: Mapping[str, Pool]
     namespace_owners: Mapping[str, str] = field(default_factory=dict)
+    namespaces: Collection[str] = ()  # gated namespaces; empty: all
     hub_service_accounts: Collection[str] = ()
     grace_seconds: int = 0
     backends: Mapping[str, BackendFunc | str] | None = None
@@ -132,6 +133,8 @@ def review_pod(
     ``owner_bookings`` are the bookings of the pod's owner (or of the owner group's members)
     that were active when fetched; only GPU pods need them (see :func:`wants_gpus`).
     """
+    if settings.namespaces and namespace not in settings.namespaces:
+        return Verdict(allowed=True)
     try:
         demand = pod_gpu_demand(pod, settings.gpu_resource_names())
         named_id = _named_booking_id(pod)

@@ -28,6 +28,7 @@ from traitlets import Bool, Dict, Instance, Integer, List, Unicode, default, val
 from traitlets.config import Application, catch_config_error
 
 from .._version import __version__
+from ..admission.integration import ClusterIntegration
 from ..core.clock import Clock, SystemClock
 from ..core.model import Pool
 from .api import api_routes
@@ -77,7 +78,7 @@ def service_routes() -> list[tuple[str, type[web.RequestHandler]]]:
     return [*api_routes(), *feed_routes(), ("metrics", MetricsHandler)]
 
 
-class GPUBookingService(Application):
+class GPUBookingService(ClusterIntegration, Application):
     """Book GPUs for time slots; the Hub's spawner asks this service before starting GPU servers."""
 
     name = "jhub-gpubooking-service"
@@ -371,6 +372,8 @@ class GPUBookingService(Application):
             self.executor_threads, thread_name_prefix="gpubooking-db"
         )
         self.tornado_app = web.Application(self.make_routes(), **self.make_tornado_settings())
+        # cluster integration (admission webhook, node inventory): see admission/integration.py
+        self.setup_cluster_integration(self.tornado_app)
 
     def start(self) -> None:
         if self.generate_config:
@@ -395,6 +398,7 @@ class GPUBookingService(Application):
         listen = urlparse(self.service_url)
         server = HTTPServer(self.tornado_app, xheaders=True)
         server.listen(listen.port or 80, listen.hostname or "127.0.0.1")
+        self.start_cluster_integration()
         self.log.info(
             "GPU booking service %s listening on %s (prefix %s)",
             self.service_name,
@@ -404,6 +408,7 @@ class GPUBookingService(Application):
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         await stop.wait()
+        self.stop_cluster_integration()
         server.stop()
         await server.close_all_connections()
 

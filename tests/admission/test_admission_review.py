@@ -213,3 +213,10 @@ def test_review_response_carries_a_base64_jsonpatch_or_a_403_status():
 def test_parse_review_refuses_what_is_not_an_admission_review(body, message):
     with pytest.raises(ValueError, match=message.replace(".", r"\.")):
         parse_review(body)
+
+
+def test_only_configured_namespaces_are_gated(pools):
+    settings = AdmissionSettings(pools=pools, namespaces=("alice-jobs",))
+    assert review(gpu_pod({"nvidia.com/gpu": "1"}), namespace="ops", settings=settings) == \
+        Verdict(allowed=True)
+    assert not review(gpu_pod({"nvidia.com/gpu": "1"}), settings=settings).allowed

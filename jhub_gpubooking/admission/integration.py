@@ -1,0 +1,156 @@
+"""Cluster integration of the booking service: the admission webhook and node discovery.
+
+:class:`ClusterIntegration` is mixed into ``GPUBookingService`` so its options are
+``c.GPUBookingService.*`` traits and both parts share the service's store, pools and executor.
+The webhook runs in the service process, on its own TLS port, rather than as its own command:
+it needs the same database and the same live (discovered) pools the REST API uses, and the
+service already runs in the hub pod where z2jh keeps the database credentials.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jupyterhub.utils import url_path_join
+from tornado import web
+from tornado.httpserver import HTTPServer
+from traitlets import Bool, Dict, HasTraits, Integer, List, Unicode, default
+
+from ..core.model import Pool
+from .review import AdmissionSettings
+from .server import hub_group_members, start_webhook_server, webhook_app
+
+
+class ClusterIntegration(HasTraits):
+    """Traits and start/stop of the webhook server and the node watcher."""
+
+    webhook_port = Integer(
+        0,
+        help="Port of the admission webhook's HTTPS server (POST /mutate and /validate); "
+        "0 turns the webhook off.",
+    ).tag(config=True)
+    webhook_address = Unicode(
+        "0.0.0.0", help="Address the webhook server listens on (the API server reaches it "
+        "through a Kubernetes Service)."
+    ).tag(config=True)
+    webhook_certfile = Unicode(
+        "", help="TLS certificate of the webhook (e.g. tls.crt of cert-manager's Secret). The "
+        "API server only calls webhooks over HTTPS; empty serves plain HTTP, for local tests only."
+    ).tag(config=True)
+    webhook_keyfile = Unicode("", help="TLS private key matching webhook_certfile.").tag(
+        config=True
+    )
+    webhook_namespaces = List(
+        Unicode(),
+        help="Namespaces whose pods are gated; pods elsewhere are allowed unchanged. Empty: "
+        "every namespace the webhook configuration's namespaceSelector sends.",
+    ).tag(config=True)
+    namespace_owners = Dict(
+        Unicode(),
+        help="Namespace → owner of the GPU pods created there: a Hub user name, or "
+        "'group:NAME' for any member of a Hub group (the service token then needs read:groups).",
+    ).tag(config=True)
+    webhook_hub_service_accounts = List(
+        Unicode(),
+        help="Kubernetes users (shell patterns) whose pods name their owner in the "
+        "hub.jupyter.org/username annotation: the Hub's service account. Pods from anyone else "
+        "belong to their namespace's owner, since anyone can write that annotation.",
+    ).tag(config=True)
+
+    @default("webhook_hub_service_accounts")
+    def _default_hub_accounts(self) -> list[str]:
+        # z2jh names the hub's service account "hub"; POD_NAMESPACE is set in the hub pod
+        return [f"system:serviceaccount:{os.environ.get('POD_NAMESPACE', 'default')}:hub"]
+
+    webhook_deadline_grace_seconds = Integer(
+        60, help="Seconds an admitted GPU pod may outlive its booking's end (activeDeadlineSeconds)."
+    ).tag(config=True)
+
+    inventory_from_nodes = Bool(
+        False,
+        help="Build pools from the cluster's nodes (GPU Feature Discovery labels, allocatable "
+        "resources, HAMi annotations) and keep them in sync; configured pools with other names "
+        "stay as configured.",
+    ).tag(config=True)
+    inventory_pool_templates = Dict(
+        Dict(),
+        help="GPU product (the nvidia.com/gpu.product node label) → pool template: a pool dict "
+        "without 'nodes' and 'gpu_uuids', e.g. {'NVIDIA-A100-SXM4-40GB': {'name': 'a100', "
+        "'backend': 'hami', 'slices_per_gpu': 4}}.",
+    ).tag(config=True)
+    inventory_node_selector = Unicode(
+        "", help="Label selector limiting the watched nodes (e.g. nvidia.com/gpu.present=true)."
+    ).tag(config=True)
+    inventory_kubeconfig = Unicode(
+        "", help="Kubeconfig file for the node watch; empty: the pod's in-cluster service account "
+        "(its role needs get, list and watch on nodes)."
+    ).tag(config=True)
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def admission_settings(self) -> AdmissionSettings:
+        """Rebuilt per review, so pools discovered since start-up are used."""
+        page = self.public_url.rstrip("/") + self.service_prefix if self.public_url else ""
+        return AdmissionSettings(
+            pools=self.pool_objects,
+            namespace_owners=dict(self.namespace_owners),
+            namespaces=tuple(self.webhook_namespaces),
+            hub_service_accounts=tuple(self.webhook_hub_service_accounts),
+            grace_seconds=self.webhook_deadline_grace_seconds,
+            booking_page_url=page,
+        )
+
+    def setup_cluster_integration(self, tornado_app: web.Application) -> None:
+        """Add the flagged-bookings API and prepare the node watcher (not started yet)."""
+        from ..db.session import make_engine, make_session_factory
+        from ..inventory_sync import BookingFlags, ClusterInventory, NodeWatcher, flagged_routes
+
+        self.node_watcher = None
+        flags = BookingFlags(make_session_factory(make_engine(self.db_url)), self.clock)
+        tornado_app.add_handlers(".*$", [
+            web.url(url_path_join(self.service_prefix, template), handler,
+                    {**args, "route_template": template})
+            for template, handler, args in flagged_routes(flags)
+        ])
+        if not self.inventory_from_nodes:
+            return
+        inventory = ClusterInventory(self.store, self.inventory_pool_templates, flags,
+                                     on_pools=self._use_pools)
+        self.node_watcher = NodeWatcher(self.kubernetes_core_api(), inventory.apply,
+                                        label_selector=self.inventory_node_selector)
+
+    def _use_pools(self, pools: dict[str, Pool]) -> None:
+        self.pool_objects = pools
+
+    def kubernetes_core_api(self) -> Any:
+        from kubernetes import client, config
+
+        if self.inventory_kubeconfig:
+            return client.CoreV1Api(config.new_client_from_config(self.inventory_kubeconfig))
+        config.load_incluster_config()
+        return client.CoreV1Api()
+
+    def start_cluster_integration(self) -> None:
+        """Start the node watcher and the webhook server (inside the running event loop)."""
+        self.webhook_server: HTTPServer | None = None
+        if self.node_watcher is not None:
+            self.node_watcher.start()
+        if self.webhook_port:
+            app = webhook_app(
+                store=self.store, executor=self.executor, clock=self.clock,
+                admission_settings=self.admission_settings,
+                group_members=hub_group_members(self.hub_api_url, self.api_token),
+            )
+            self.webhook_server, port = start_webhook_server(
+                app, self.webhook_port, self.webhook_address, self.webhook_certfile,
+                self.webhook_keyfile,
+            )
+            self.log.info("Admission webhook listening on %s:%s (%s)", self.webhook_address, port,
+                          "TLS" if self.webhook_certfile else "plain HTTP, for tests only")
+
+    def stop_cluster_integration(self) -> None:
+        if self.webhook_server is not None:
+            self.webhook_server.stop()
+        if self.node_watcher is not None:
+            self.node_watcher.stop(timeout=1)
