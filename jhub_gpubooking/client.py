@@ -30,8 +30,8 @@ class BookingRefused(Exception):
 
 
 def _booking_list(answer: Any) -> list[dict]:
-    """Bookings from ``{"bookings": [...]}`` (the documented shape) or a bare JSON list."""
-    bookings = answer.get("bookings") if isinstance(answer, dict) else answer
+    """Bookings from the API's ``{"bookings": [...]}``; anything else means a wrong URL or service."""
+    bookings = answer.get("bookings") if isinstance(answer, dict) else None
     if not isinstance(bookings, list):
         raise BookingServiceUnavailable(f"expected a list of bookings, got {answer!r:.200}")
     return bookings

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real JupyterHub with the booking service as a hub-managed service.
+"""A real JupyterHub with the booking service as a hub-managed service, for tests.
 
 ``start_booking_hub(...)`` (a context manager) runs ``jupyterhub`` in a subprocess with the real
 configurable-http-proxy, DummyAuthenticator (one password for everyone), a few users and groups,
@@ -9,7 +9,7 @@ Users: ``ada`` and ``bob`` (plain users, group ``students``), ``carol`` (member 
 ``gpu-admins`` group, made a booking admin through ``admin_groups``) and ``admin`` (Hub admin).
 The service's API token is :data:`SERVICE_TOKEN` (it is the "Hub spawner" principal);
 :data:`ADMIN_SERVICE_TOKEN` belongs to a ``test-admin`` service allowed to manage Hub users and
-tokens. Fixtures:
+tokens. Fixtures (defined in conftest.py):
 
 - ``booking_hub``: a module-scoped Hub whose service uses SQLite.
 - ``postgres_url`` / ``new_postgres_database``: a fresh PostgreSQL database (skips, printing the
@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import pytest
 
 PASSWORD = "correct-horse-battery"
 SERVICE_NAME = "gpu-booking"
@@ -338,13 +337,6 @@ def start_booking_hub(
         stop_hub(process)
 
 
-@pytest.fixture(scope="module")
-def booking_hub(tmp_path_factory) -> Iterator[RunningHub]:
-    """A Hub with the booking service on SQLite, shared by the tests of one module."""
-    with start_booking_hub(tmp_path_factory.mktemp("hub")) as hub:
-        yield hub
-
-
 def postgres_reachable() -> str | None:
     """None if PostgreSQL answers, else the reason it does not."""
     try:
@@ -372,14 +364,3 @@ def new_postgres_database() -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database URL; skips (printing why) when the server is unreachable."""
-    reason = postgres_reachable()
-    if reason:
-        print(reason)
-        pytest.skip(reason)
-    with new_postgres_database() as url:
-        yield url

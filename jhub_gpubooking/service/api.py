@@ -106,7 +106,11 @@ class BookingsHandler(APIHandler):
     async def get(self) -> None:
         principal = self.require_principal()
         user = self.get_argument("user", None) or None
-        if not principal.is_admin:
+        if principal.is_spawner and not principal.is_admin:
+            # the chooser shows a user's next booking, so the Hub's spawner reads one user at a time
+            if user is None:
+                raise refusal(400, "The Hub's spawner must name the user whose bookings it lists.")
+        elif not principal.is_admin:
             if not principal.is_user or (user is not None and user != principal.name):
                 raise refusal(403, "Only booking administrators may list other users' bookings.")
             user = principal.name
@@ -121,7 +125,7 @@ class BookingsHandler(APIHandler):
             start=self.time_argument("start"),
             end=self.time_argument("end"),
         )
-        self.write_json([self.booking_model(b) for b in bookings])
+        self.write_json({"bookings": [self.booking_model(b) for b in bookings]})
 
     async def post(self) -> None:
         principal = self.require_principal()
@@ -251,7 +255,7 @@ class ActiveBookingsHandler(APIHandler):
                 "Only the user themself, an administrator or the Hub's spawner may see these bookings.",
             )
         bookings = await self.run_in_executor(self.store.active_for_user, user)
-        self.write_json([self.booking_model(b) for b in bookings])
+        self.write_json({"bookings": [self.booking_model(b) for b in bookings]})
 
 
 class MaintenanceListHandler(APIHandler):

@@ -35,7 +35,9 @@ def booking_json(booking: Booking, pool: Pool | None, now: datetime) -> dict:
 
 
 def pool_json(pool: Pool) -> dict:
-    """What users need to choose a pool; node names are kept (they appear in placements)."""
+    """What users need to choose a pool, plus what the spawner needs to build the pod (GPU UUIDs
+    for pinning, the pool's node selector and backend resource name). Node names are not secret:
+    they appear in placements anyway."""
     return {
         "name": pool.name,
         "display_name": pool.display_name,
@@ -47,6 +49,9 @@ def pool_json(pool: Pool) -> dict:
         "total_gpus": pool.total_gpus,
         "max_gpus_per_booking": max(pool.nodes.values()),
         "nodes": dict(pool.nodes),
+        "gpu_uuids": {node: list(uuids) for node, uuids in pool.gpu_uuids.items()},
+        "node_selector": dict(pool.node_selector),
+        "resource_name": pool.resource_name,
     }
 
 

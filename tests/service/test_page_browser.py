@@ -15,7 +15,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from conftest import RunningHub, start_booking_hub
+from hub_harness import RunningHub, start_booking_hub
 
 from jhub_gpubooking.core.timegrid import format_time
 
@@ -124,7 +124,7 @@ def open_page(context, hub: RunningHub, user: str):
 def api_bookings(hub: RunningHub, user: str) -> dict[int, dict]:
     response = hub.api(hub.user_token(user)).get("api/bookings", params={"user": user})
     assert response.status_code == 200, response.text
-    return {booking["id"]: booking for booking in response.json()}
+    return {booking["id"]: booking for booking in response.json()["bookings"]}
 
 
 def book_through_api(

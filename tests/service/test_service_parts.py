@@ -21,7 +21,7 @@ from jhub_gpubooking.service.app import GPUBookingService, service_routes, templ
 from jhub_gpubooking.service.base import Principal, principal_from_model
 from jhub_gpubooking.service.feeds import bookings_calendar
 from jhub_gpubooking.service.metrics import ServiceMetrics, booked_gpus_now, booking_counts
-from jhub_gpubooking.service.serialize import booking_json
+from jhub_gpubooking.service.serialize import booking_json, pool_json
 
 OPENAPI_PATH = Path(service_app.__file__).with_name("openapi.yaml")
 T0 = datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc)
@@ -268,3 +268,30 @@ async def test_unexpected_errors_are_json_without_internals():
         server.stop()
     assert response.status_code == 500
     assert response.json() == {"status": 500, "message": "Internal Server Error"}
+
+
+def test_pool_json_carries_what_the_spawner_needs_to_build_the_pod():
+    mig = Pool(
+        name="mig",
+        nodes={"m1": 2},
+        slices_per_gpu=7,
+        backend="mig",
+        resource_name="nvidia.com/mig-1g.10gb",
+        gpu_uuids={"m1": ("GPU-a", "GPU-b")},
+        node_selector={"pool": "mig"},
+    )
+    assert pool_json(mig) == {
+        "name": "mig",
+        "display_name": "mig",
+        "description": "",
+        "gpu_model": "",
+        "gpu_memory_mib": 0,
+        "backend": "mig",
+        "slices_per_gpu": 7,
+        "total_gpus": 2,
+        "max_gpus_per_booking": 2,
+        "nodes": {"m1": 2},
+        "gpu_uuids": {"m1": ["GPU-a", "GPU-b"]},
+        "node_selector": {"pool": "mig"},
+        "resource_name": "nvidia.com/mig-1g.10gb",
+    }

@@ -188,7 +188,7 @@ function renderBookingTable(container, bookings, options) {
 }
 
 async function loadMyBookings() {
-  const bookings = await api("GET", `bookings?user=${encodeURIComponent(config.user)}`);
+  const { bookings } = await api("GET", `bookings?user=${encodeURIComponent(config.user)}`);
   page.myBookings = bookings.sort(byStart);
 }
 
@@ -243,7 +243,7 @@ function wireFeed() {
 // ---------------------------------------------------------------- administration
 
 async function loadAdmin() {
-  const [bookings, windows] = await Promise.all([api("GET", "bookings"), api("GET", "maintenance")]);
+  const [{ bookings }, windows] = await Promise.all([api("GET", "bookings"), api("GET", "maintenance")]);
   const showPast = $("gb-all-show-past").checked;
   renderBookingTable($("gb-all-bookings"), bookings.sort(byStart).filter((b) => showPast || ACTIVE_STATES.has(b.state)), {
     showUser: true, cancelLabel: "Force cancel", box: $("gb-admin-feedback"),

@@ -1,0 +1,26 @@
+"""Shared fixtures: a real JupyterHub with the booking service (see hub_harness.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from hub_harness import RunningHub, new_postgres_database, postgres_reachable, start_booking_hub
+
+
+@pytest.fixture(scope="module")
+def booking_hub(tmp_path_factory) -> Iterator[RunningHub]:
+    """A Hub with the booking service on SQLite, shared by the tests of one module."""
+    with start_booking_hub(tmp_path_factory.mktemp("hub")) as hub:
+        yield hub
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database URL; skips (printing why) when the server is unreachable."""
+    reason = postgres_reachable()
+    if reason:
+        print(reason)
+        pytest.skip(reason)
+    with new_postgres_database() as url:
+        yield url
