@@ -1,0 +1,103 @@
+"""Pools follow the simulated cluster's nodes through a real list+watch with the official
+``kubernetes`` client; bookings on a node that disappears are flagged, and unflagged when it
+comes back."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+
+import pytest
+from kubernetes import client, config
+
+from jhub_gpubooking.core.clock import ManualClock
+from jhub_gpubooking.db.session import make_engine, make_session_factory, upgrade
+from jhub_gpubooking.db.store import BookingStore
+from jhub_gpubooking.devcluster import DevCluster, gpu_node
+from jhub_gpubooking.inventory_sync import BookingFlags, ClusterInventory, NodeWatcher
+
+NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
+START = datetime(2030, 5, 6, 10, 0, tzinfo=timezone.utc)
+END = datetime(2030, 5, 6, 12, 0, tzinfo=timezone.utc)
+TEMPLATES = {"NVIDIA-A100-SXM4-40GB": {"name": "a100", "backend": "whole"}}
+
+
+async def eventually(condition, what: str, attempts: int = 200):
+    """Wait (without blocking the simulated API server) until ``condition()`` holds."""
+    for _ in range(attempts):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    pytest.fail(f"never happened: {what}")
+
+
+@pytest.fixture
+def session_factory(tmp_path):
+    url = f"sqlite:///{tmp_path / 'bookings.sqlite'}"
+    upgrade(url)
+    return make_session_factory(make_engine(url))
+
+
+@pytest.fixture
+async def synced(tmp_path, session_factory):
+    clock = ManualClock(NOW)
+    store = BookingStore(session_factory, {}, clock=clock)
+    flags = BookingFlags(session_factory, clock)
+    seen_pools = []
+    inventory = ClusterInventory(store, TEMPLATES, flags, on_pools=seen_pools.append)
+    nodes = [gpu_node("a100-1", count=2), gpu_node("a100-2", count=2),
+             gpu_node("t4-1", product="Tesla-T4", count=1)]
+    async with DevCluster(tmp_path / "cluster", nodes, bookmark_seconds=0.5) as cluster:
+        kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+        api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+        watcher = NodeWatcher(api, inventory.apply, watch_seconds=1, retry_seconds=0.2)
+        watcher.start()
+        try:
+            yield cluster, store, flags, seen_pools
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, watcher.stop)
+            api.api_client.close()
+
+
+async def test_pools_follow_nodes_and_lost_bookings_are_flagged(synced):
+    cluster, store, flags, seen_pools = synced
+    await eventually(lambda: "a100" in store.pools, "pool a100 discovered")
+    assert store.pools["a100"].nodes == {"a100-1": 2, "a100-2": 2}
+    assert seen_pools[-1] == store.pools
+
+    first = store.create("alice", "a100", 2, START, END)
+    second = store.create("bob", "a100", 2, START, END)
+    assert {first.placement.node, second.placement.node} == {"a100-1", "a100-2"}
+    lost, kept = sorted([first, second], key=lambda b: b.placement.node != "a100-1")
+
+    cluster.delete("nodes", None, "a100-1")
+    await eventually(lambda: lost.id in flags.current(), "booking on the removed node flagged")
+    assert store.pools["a100"].nodes == {"a100-1": 0, "a100-2": 2}
+    flag = flags.current()[lost.id]
+    assert flag.message == (
+        f"Node a100-1 of pool a100 has no usable GPU any more (it left the cluster, is not "
+        f"ready or lost its GPUs), so booking {lost.id} cannot be used."
+    )
+    assert kept.id not in flags.current()
+    # the booking is kept, with the flag in its history
+    assert store.get(lost.id).status == "booked"
+    assert [e.kind for e in store.history(lost.id)][-1] == "flagged"
+
+    cluster.store.create("nodes", None, gpu_node("a100-1", count=2))
+    await eventually(lambda: lost.id not in flags.current(), "flag cleared when the node is back")
+    assert store.pools["a100"].nodes == {"a100-1": 2, "a100-2": 2}
+    assert [e.kind for e in store.history(lost.id)][-2:] == ["flagged", "unflagged"]
+
+
+async def test_a_gpu_failing_on_a_node_shrinks_the_pool(synced):
+    cluster, store, flags, _ = synced
+    await eventually(lambda: "a100" in store.pools, "pool a100 discovered")
+    held = store.create("alice", "a100", 2, START, END)
+
+    def lose_a_gpu(node: dict) -> None:
+        node["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+
+    cluster.store.update("nodes", None, held.placement.node, lose_a_gpu)
+    await eventually(lambda: held.id in flags.current(), "booking on the shrunk node flagged")
+    assert store.pools["a100"].nodes[held.placement.node] == 1
+    assert "now reports 1 GPU(s)" in flags.current()[held.id].message
