@@ -342,9 +342,14 @@ def diagnose(trace: Trace, product: dict, by_name: dict[str, dict]) -> list[str]
         )
     gain = product["admitted_gpu_hours"] / whole["admitted_gpu_hours"]
     if gain < TARGETS["gain_over_whole"]:
+        ceiling = float(resolved) / whole["admitted_gpu_hours"]
+        fractional = sum((r.gpu_hours for r in trace.requests if r.amount < 1), Fraction(0))
         notes.append(
-            f"Gain over whole GPUs is {gain:.2f}x: rounding up only hurts while the pool is full; "
-            f"whole-GPU booking still admits {whole['share_of_bound']:.3f} of the bound here."
+            f"Gain over whole GPUs is {gain:.2f}x: whole-GPU booking still admits "
+            f"{whole['share_of_bound']:.3f} of the bound, so even admitting the whole "
+            f"time-resolved bound would be only {ceiling:.2f}x. Rounding up costs only while the "
+            f"pool is full, and requests for less than a GPU are only "
+            f"{float(fractional / demand):.0%} of the demanded GPU-hours."
         )
     if product["no_show_reclaimed"] < TARGETS["no_show_reclaimed"]:
         lost_waiting = product["no_show_gpu_hours"] - product["released_gpu_hours"]
