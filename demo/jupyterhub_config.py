@@ -80,7 +80,7 @@ c.GPUBookingSpawner.booking_service_name = service_name
 c.GPUBookingSpawner.deadline_grace_seconds = 60
 
 # Demo only: the simulated cluster runs each pod as a local process, found through KUBECONFIG.
-c.KubeSpawner.namespace = "jhub-demo"
+c.KubeSpawner.namespace = os.environ.get("DEMO_NAMESPACE", "jhub-demo")
 c.KubeSpawner.image = "quay.io/jupyter/base-notebook:latest"  # recorded in the pod; not pulled here
 c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
 c.KubeSpawner.hub_connect_url = f"http://127.0.0.1:{hub_port}"

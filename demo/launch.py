@@ -8,6 +8,7 @@ processes killed), then the simulated cluster; nothing is left running.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import secrets
 import signal
@@ -39,11 +40,24 @@ def wait_for_http(url: str, timeout: float, proc: subprocess.Popen | None = None
         try:
             urllib.request.urlopen(url, timeout=2).close()
             return
-        except urllib.error.HTTPError:
-            return  # it answered: up
+        except urllib.error.HTTPError as error:
+            # 404/502/503 come from the proxy while the route is missing; anything else is the app
+            if error.code not in (404, 502, 503):
+                return
+            time.sleep(0.25)
         except OSError:
             time.sleep(0.25)
     raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: if the launcher dies (even by SIGKILL), the child gets SIGTERM,
+    so no demo process outlives it. Linux only; elsewhere a no-op."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _stop_process_group(proc: subprocess.Popen | None, timeout: float) -> None:
@@ -69,6 +83,7 @@ class Demo:
     admin_token: str | None = None
     hub_config: Path = HERE / "jupyterhub_config.py"
     nodes_file: Path = HERE / "nodes.yaml"
+    namespace: str = "jhub-demo"
     extra_env: dict[str, str] = field(default_factory=dict)
     log_dir: Path | None = None  # None: inherit the terminal
 
@@ -104,6 +119,7 @@ class Demo:
             DEMO_STATE_DIR=str(self.state_dir),
             DEMO_PORT=str(self.port),
             DEMO_SERVICE_TOKEN=self.service_token(),
+            DEMO_NAMESPACE=self.namespace,
         )
         if self.admin_token:
             env["DEMO_ADMIN_TOKEN"] = self.admin_token
@@ -124,9 +140,10 @@ class Demo:
                 "--state", str(self.state_dir / "cluster"),
                 "--nodes", str(self.nodes_file),
                 "--write-kubeconfig", str(self.kubeconfig),
+                "--namespace", self.namespace,
             ],
             env=self.env(), stdout=self._output("cluster"), stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent,
         )
         wait_for_http(self.k8s_url + "/version", 30, self.cluster)
 
@@ -134,7 +151,7 @@ class Demo:
         self.hub = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(self.hub_config)],
             cwd=self.state_dir, env=self.env(), stdout=self._output("hub"),
-            stderr=subprocess.STDOUT, start_new_session=True,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
         )
         wait_for_http(self.hub_url + "/hub/api", 60, self.hub)
         # the booking service starts with the Hub; the demo is usable once it answers
@@ -152,8 +169,10 @@ class Demo:
 
     def stop(self) -> None:
         # the Hub first: with cleanup_servers it stops every server, deleting their pods
-        _stop_process_group(self.hub, timeout=60)
-        _stop_process_group(self.cluster, timeout=30)
+        try:
+            _stop_process_group(self.hub, timeout=60)
+        finally:
+            _stop_process_group(self.cluster, timeout=30)
 
     def __enter__(self) -> "Demo":
         return self.start()
@@ -200,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\nstopping the demo...", flush=True)
         return 0
     finally:
+        # a second Ctrl-C must not cut the clean-up short and leave the cluster running
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         demo.stop()
 
 
