@@ -94,6 +94,26 @@ def pod_requests(pod: dict) -> Counter:
     return total
 
 
+def canonical_quantity(value) -> str:
+    """Quantities come back from kube-apiserver as strings, whatever the client sent: KubeSpawner
+    sends ``cpu: 0.5`` and ``memory: 1073741824`` as JSON numbers, and strict clients (the official
+    ``kubernetes`` package) refuse numbers when they read the pod back."""
+    if isinstance(value, str):
+        return value
+    amount = Decimal(str(value))
+    if amount == amount.to_integral_value():
+        return str(int(amount))
+    millis = amount * 1000
+    return f"{int(millis)}m" if millis == millis.to_integral_value() else str(amount)
+
+
+def _canonical_resources(container: dict) -> None:
+    resources = container.get("resources") or {}
+    for field in ("requests", "limits"):
+        if resources.get(field):
+            resources[field] = {name: canonical_quantity(v) for name, v in resources[field].items()}
+
+
 def admit_pod(pod: dict) -> None:
     """Default a new pod's fields as kube-apiserver does, then refuse what it refuses: no containers,
     or extended resources that are not whole numbers with request equal to limit (422 Invalid)."""
@@ -111,6 +131,7 @@ def admit_pod(pod: dict) -> None:
         set_condition(pod, "PodScheduled", "True")
     causes = []
     for index, container in enumerate(containers):
+        _canonical_resources(container)
         resources = container.get("resources") or {}
         requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
         path = f"spec.containers[{index}].resources"

@@ -188,3 +188,23 @@ async def test_discovery_endpoints(cluster, api_client):
     assert {"pods", "events", "nodes", "secrets"} <= {r.name for r in resources.resources}
     assert (await client.CoreApi(api_client).get_api_versions()).versions == ["v1"]
     assert (await client.ApisApi(api_client).get_api_versions()).groups == []
+
+
+async def test_official_client_reads_back_pods_created_with_numeric_quantities(cluster, core):
+    """KubeSpawner sends cpu/memory as JSON numbers; the API answers canonical strings, which the
+    official (strict) ``kubernetes`` client needs to read the pod at all."""
+    import asyncio
+
+    import kubernetes
+
+    manifest = pod_manifest("numbers", container={
+        "resources": {"limits": {"cpu": 2.0, "memory": 4294967296}, "requests": {"cpu": 0.5}},
+    })
+    await core.create_namespaced_pod("default", manifest)
+    configuration = kubernetes.client.Configuration(host=cluster.url)
+    configuration.api_key = {"authorization": "Bearer " + cluster.token}
+    official = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+    pod = await asyncio.to_thread(official.read_namespaced_pod, "numbers", "default")
+    resources = pod.spec.containers[0].resources
+    assert resources.limits == {"cpu": "2", "memory": "4294967296"}
+    assert resources.requests == {"cpu": "500m"}

@@ -152,3 +152,11 @@ async def test_bad_extended_resources_are_rejected_422(core, resources, cause):
     status = json.loads(raised.value.body)
     assert (raised.value.status, status["reason"]) == (422, "Invalid")
     assert status["message"] == f'Pod "bad" is invalid: {cause}'
+
+
+def test_quantities_sent_as_numbers_are_stored_as_canonical_strings():
+    from jhub_gpubooking.devcluster.scheduler import canonical_quantity
+
+    assert [canonical_quantity(v) for v in (8.0, 0.5, 1073741824, 2, "4Gi", 0.0005)] == [
+        "8", "500m", "1073741824", "2", "4Gi", "0.0005",
+    ]
