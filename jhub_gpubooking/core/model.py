@@ -215,7 +215,8 @@ class Booking:
     ``status`` is what is stored: ``"booked"`` or ``"cancelled"``; the user-facing
     :class:`BookingState` is derived from it and the clock, so no timer has to flip states.
     ``server`` is the name of the server currently using the booking ("" is the default
-    server, None means unused).
+    server, None means unused). A booking released early (no-show, server stopped) has its
+    ``end`` moved to the release time and keeps its booked end in ``released_end``.
     """
 
     user: str
@@ -230,6 +231,11 @@ class Booking:
     created: datetime | None = None
     updated: datetime | None = None
     server: str | None = None
+    # lifecycle: the booker's groups, the end before an early release and why it was released
+    groups: tuple[str, ...] = ()
+    released_end: datetime | None = None
+    release_reason: str | None = None
+    opportunistic: bool = False
 
     def state(self, now: datetime) -> BookingState:
         if self.status == "cancelled":

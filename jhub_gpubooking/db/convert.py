@@ -46,6 +46,10 @@ def booking_from_row(row: BookingRow) -> Booking:
         created=row.created,
         updated=row.updated,
         server=row.server,
+        groups=tuple(row.groups or ()),
+        released_end=row.released_end,
+        release_reason=row.release_reason,
+        opportunistic=bool(row.opportunistic),
     )
 
 
@@ -68,6 +72,8 @@ def booking_row(booking: Booking, pool: Pool, now: datetime) -> BookingRow:
         slices_per_gpu_held=booking.placement.slices,
         server=None,
         claimed_at=None,
+        groups=list(booking.groups),
+        opportunistic=booking.opportunistic,
         created=now,
         updated=now,
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     CheckConstraint,
     DateTime,
     ForeignKey,
@@ -103,6 +104,32 @@ class BookingRow(Base):
     claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created: Mapped[datetime] = mapped_column(UTCDateTime)
     updated: Mapped[datetime] = mapped_column(UTCDateTime)
+    # --- lifecycle (migration 0002); NULL on rows written before it
+    # the booker's Hub groups when booking (group budgets and reports; None = not known)
+    groups: Mapped[list | None] = mapped_column(JSON)
+    # a booking released early keeps the end it had, so reports can tell booked from released
+    released_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    release_reason: Mapped[str | None] = mapped_column(String(32))
+    # when the last server holding the booking stopped (reclaim of stopped bookings)
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # the end the user was last warned about (an extension re-arms the warning)
+    warned_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    stop_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # a short grant on capacity free right now, preempted when a booking needs it
+    opportunistic: Mapped[bool | None] = mapped_column(Boolean, default=False)
+
+
+class UsageIntervalRow(Base):
+    """When a server actually used a booking: opened at claim, closed at release."""
+
+    __tablename__ = "usage_intervals"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    booking_id: Mapped[int] = mapped_column(ForeignKey("bookings.id"), index=True)
+    server: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    # None while the server still runs
+    end: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class BookingEventRow(Base):

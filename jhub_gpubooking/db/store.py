@@ -37,6 +37,7 @@ from .convert import (
 )
 from .models import BookingEventRow, BookingRow, FeedTokenRow, MaintenanceWindowRow, PoolRow
 from .session import begin_write
+from .usage import close_usage, open_usage
 
 #: Longest note / maintenance reason accepted.
 MAX_TEXT_LENGTH = 500
@@ -219,7 +220,15 @@ class BookingStore:
         pool_spec.amount_to_slices(amount)
         if len(note) > MAX_TEXT_LENGTH:
             raise InvalidRequest(f"The note may be at most {MAX_TEXT_LENGTH} characters long.")
-        request = Booking(user=user, pool=pool, amount=amount, start=start, end=end, note=note)
+        request = Booking(
+            user=user,
+            pool=pool,
+            amount=amount,
+            start=start,
+            end=end,
+            note=note,
+            groups=tuple(sorted(groups)),
+        )
         with self._transaction(write=True) as session:
             self._lock_pool(session, pool)
             if not is_admin:
@@ -425,6 +434,7 @@ class BookingStore:
                 raise Conflict(f"This booking is already in use by server '{taken_from}'.")
             row.server = server
             row.claimed_at = row.updated = self._stamp()
+            open_usage(session, row, server, row.claimed_at)
             self._record(
                 session, row, row.user, "claimed", server=server, taken_over_from=taken_from
             )
@@ -439,6 +449,7 @@ class BookingStore:
                 row.server = None
                 row.claimed_at = None
                 row.updated = self._stamp()
+                close_usage(session, row, row.updated)
             return booking_from_row(row)
 
     def history(self, booking_id: int) -> list[BookingEvent]:

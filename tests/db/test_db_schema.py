@@ -49,6 +49,7 @@ def test_upgrade_from_empty_reaches_head_and_passes_the_check(db_url):
         "booking_events",
         "maintenance_windows",
         "feed_tokens",
+        "usage_intervals",
     }
 
 

@@ -1,0 +1,44 @@
+"""Reads for the accounting report: bookings of a period and their usage intervals."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from sqlalchemy import func, select
+
+from ..core.accounting import Interval, Report, build_report
+from ..core.timegrid import as_utc
+from .convert import booking_from_row
+from .models import BookingRow, UsageIntervalRow
+from .store import BookingStore
+
+
+def usage_report(store: BookingStore, start: datetime, end: datetime, by: str) -> Report:
+    """GPU-hours booked, used, idle, released and lost to no-shows in ``[start, end)``."""
+    start, end = as_utc(start), as_utc(end)
+    booked_end = func.coalesce(BookingRow.released_end, BookingRow.end)
+    statement = select(BookingRow).where(
+        BookingRow.status == "booked", BookingRow.start < end, booked_end > start
+    )
+    with store._transaction() as session:
+        bookings = [booking_from_row(row) for row in session.scalars(statement)]
+        usage: dict[int, list[Interval]] = defaultdict(list)
+        ids = [booking.id for booking in bookings]
+        # chunks keep the IN list within every backend's parameter limit
+        for first in range(0, len(ids), 500):
+            rows = session.scalars(
+                select(UsageIntervalRow).where(
+                    UsageIntervalRow.booking_id.in_(ids[first : first + 500])
+                )
+            )
+            for row in rows:
+                usage[row.booking_id].append(Interval(row.start, row.end))
+    return build_report(bookings, usage, start, end, by, store._now())
+
+
+def running_usage(store: BookingStore) -> dict[int, Interval]:
+    """The open usage interval of every booking a server holds right now."""
+    with store._transaction() as session:
+        rows = session.scalars(select(UsageIntervalRow).where(UsageIntervalRow.end.is_(None)))
+        return {row.booking_id: Interval(row.start, row.end) for row in rows}
