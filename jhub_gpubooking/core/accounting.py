@@ -118,9 +118,7 @@ def group_keys(booking: Booking, by: str) -> tuple[str, ...]:
         return (booking.user,)
     if by == "pool":
         return (booking.pool,)
-    if by == "group":
-        return tuple(booking.groups) or (NO_GROUP,)
-    raise ValueError(f"Reports can be grouped by {', '.join(GROUPINGS)}, not {by!r}.")
+    return tuple(booking.groups) or (NO_GROUP,)
 
 
 @dataclass
@@ -141,6 +139,8 @@ def build_report(
     now: datetime,
 ) -> Report:
     """Totals per user, group or pool; ``total`` counts each booking once."""
+    if by not in GROUPINGS:
+        raise ValueError(f"Reports can be grouped by {', '.join(GROUPINGS)}, not {by!r}.")
     report = Report(start=start, end=end, by=by)
     for booking in bookings:
         totals = booking_totals(booking, usage.get(booking.id, []), start, end, now)
