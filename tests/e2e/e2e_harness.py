@@ -1,0 +1,185 @@
+"""The demo (a real Hub, proxy, booking service, GPUBookingSpawner and the simulated cluster) on
+free ports, with helpers to drive it the way a script or a user would.
+
+The simulated Kubernetes API is a contract test of the API calls KubeSpawner makes, not a cluster:
+what these tests show is that the real KubeSpawner code path, driven by the real Hub, produces
+the pods and API calls a cluster would accept, and that the singleuser server really answers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+
+from jhub_gpubooking.core.timegrid import format_time
+
+REPO = Path(__file__).resolve().parents[2]
+E2E_DIR = Path(__file__).resolve().parent
+OUTPUT = REPO / "test-output"
+
+
+def _load_launcher():
+    spec = importlib.util.spec_from_file_location("demo_launch", REPO / "demo" / "launch.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+launch = _load_launcher()
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def start_demo(state_dir: Path) -> "launch.Demo":
+    hub, k8s, hub_internal, proxy_api, service = free_ports(5)
+    demo = launch.Demo(
+        state_dir=state_dir,
+        port=hub,
+        k8s_port=k8s,
+        admin_token=secrets.token_hex(16),
+        hub_config=E2E_DIR / "hub_config.py",
+        log_dir=OUTPUT / "e2e-logs" / state_dir.name,
+        extra_env={
+            "E2E_DEMO_DIR": str(REPO / "demo"),
+            "DEMO_HUB_PORT": str(hub_internal),
+            "DEMO_PROXY_API_PORT": str(proxy_api),
+            "DEMO_SERVICE_PORT": str(service),
+        },
+    )
+    return demo.start()
+
+
+class Driver:
+    """What a script holding the admin token does: the Hub's REST API and the booking API."""
+
+    def __init__(self, demo):
+        self.demo = demo
+        headers = {"Authorization": f"token {demo.admin_token}"}
+        self.hub = httpx.Client(base_url=f"{demo.hub_url}/hub/api/", headers=headers, timeout=60)
+        self.booking = httpx.Client(
+            base_url=f"{demo.hub_url}/services/gpu-booking/api/", headers=headers, timeout=60
+        )
+        self.proxy = httpx.Client(base_url=demo.hub_url, headers=headers, timeout=30)
+
+    def close(self) -> None:
+        for client in (self.hub, self.booking, self.proxy):
+            client.close()
+
+    # -- bookings --------------------------------------------------------------------------------
+
+    def book(self, user: str, pool: str, gpus, minutes: int = 60, start: datetime | None = None):
+        """Book now (the current 1-minute slot) for ``minutes``; returns the booking JSON."""
+        now = datetime.now(timezone.utc)
+        start = start or now.replace(second=0, microsecond=0)
+        response = self.booking.post("bookings", json={
+            "user": user, "pool": pool, "gpus": gpus,
+            "start": format_time(start), "end": format_time(start + timedelta(minutes=minutes)),
+        })
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def get_booking(self, booking_id: int) -> dict:
+        response = self.booking.get(f"bookings/{booking_id}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    # -- servers ---------------------------------------------------------------------------------
+
+    def ensure_user(self, user: str) -> None:
+        response = self.hub.post("users", json={"usernames": [user]})
+        assert response.status_code in (201, 409), response.text
+
+    def start_server(self, user: str, profile: str, server: str = "") -> httpx.Response:
+        """Ask the Hub to start a server; returns the Hub's answer (201/202 or a refusal)."""
+        self.ensure_user(user)
+        path = f"users/{user}/servers/{server}" if server else f"users/{user}/server"
+        return self.hub.post(path, json={"profile": profile})
+
+    def server_model(self, user: str, server: str = "") -> dict | None:
+        response = self.hub.get(f"users/{user}")
+        assert response.status_code == 200, response.text
+        return response.json()["servers"].get(server)
+
+    def wait_ready(self, user: str, server: str = "", timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            model = self.server_model(user, server)
+            if model and model["ready"]:
+                return model
+            if model is None:
+                raise AssertionError(f"{user}/{server} stopped while starting (see e2e logs)")
+            time.sleep(0.5)
+        raise AssertionError(f"{user}/{server} not ready after {timeout:.0f} s")
+
+    def wait_stopped(self, user: str, server: str = "", timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.server_model(user, server) is None:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"{user}/{server} still running after {timeout:.0f} s")
+
+    def stop_server(self, user: str, server: str = "") -> None:
+        path = f"users/{user}/servers/{server}" if server else f"users/{user}/server"
+        response = self.hub.delete(path)
+        assert response.status_code in (202, 204), response.text
+        self.wait_stopped(user, server)
+
+    # -- the simulated cluster -------------------------------------------------------------------
+
+    def pods(self) -> dict[str, dict]:
+        token = next(
+            line.split(":", 1)[1].strip()
+            for line in self.demo.kubeconfig.read_text().splitlines()
+            if line.strip().startswith("token:")
+        )
+        response = httpx.get(
+            f"{self.demo.k8s_url}/api/v1/namespaces/{self.demo.namespace}/pods",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        response.raise_for_status()
+        return {pod["metadata"]["name"]: pod for pod in response.json()["items"]}
+
+    # -- the booking service process -------------------------------------------------------------
+
+    def service_pid(self) -> int:
+        """The booking service is a child of the Hub process (a hub-managed service)."""
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                stat = (proc / "stat").read_text()
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            if parent == self.demo.hub.pid and "jhub_gpubooking.service" in cmdline:
+                return int(proc.name)
+        raise AssertionError("the booking service process is not running under the Hub")
+
+    def signal_service(self, signum: int) -> int:
+        pid = self.service_pid()
+        os.kill(pid, signum)
+        return pid
+
+
+SIGSTOP, SIGCONT, SIGTERM = signal.SIGSTOP, signal.SIGCONT, signal.SIGTERM

@@ -1,0 +1,17 @@
+# The demo's own jupyterhub_config.py, with the clocks of the end-to-end tests turned up:
+# a 1-minute slot grid (so a booking can end within the test), short timeouts, fast polling.
+import os
+
+c = get_config()  # noqa: F821
+load_subconfig(os.path.join(os.environ["E2E_DEMO_DIR"], "jupyterhub_config.py"))  # noqa: F821
+
+c.Spawner.poll_interval = 3  # the Hub notices a pod that ended within seconds
+c.GPUBookingSpawner.booking_request_timeout = 2
+c.GPUBookingSpawner.booking_connect_timeout = 1
+c.GPUBookingSpawner.deadline_grace_seconds = 0
+
+service = c.JupyterHub.services[0]
+command = list(service["command"])
+command[command.index("--config") + 1] = os.path.join(os.path.dirname(__file__), "gpubooking_config.py")
+service["command"] = command
+service["environment"] = {**service.get("environment", {}), "E2E_DEMO_DIR": os.environ["E2E_DEMO_DIR"]}

@@ -1,0 +1,139 @@
+"""End to end: the real Hub starts GPU servers through GPUBookingSpawner only with a booking.
+
+Real processes throughout: jupyterhub, configurable-http-proxy, the booking service as a
+hub-managed service, and jupyterhub-singleuser pods run by the simulated cluster's kubelet.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from e2e_harness import SIGCONT, SIGSTOP, SIGTERM
+
+pytestmark = pytest.mark.e2e
+
+
+def parse_utc(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_booked_gpu_server_gets_exactly_the_booked_share(driver):
+    booking = driver.book("alice", "a100", 0.5)
+    response = driver.start_server("alice", "a100")
+    assert response.status_code in (201, 202), response.text
+    driver.wait_ready("alice")
+
+    pod = driver.pods()["jupyter-alice"]
+    container = pod["spec"]["containers"][0]
+    gpu_share = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "50"}
+    limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+    assert {name: limits[name] for name in gpu_share} == gpu_share
+    assert {name: requests[name] for name in gpu_share} == gpu_share
+    node = booking["placement"]["node"]
+    assert pod["spec"]["nodeName"] == node
+    assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == node
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["gpubooking.jupyter.org/booking-id"] == str(booking["id"])
+    assert annotations["gpubooking.jupyter.org/end"] == booking["end"]
+    assert pod["metadata"]["labels"]["component"] == "singleuser-server"  # KubeSpawner's own, kept
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["GPU_BOOKING_ID"] == str(booking["id"]) and env["GPU_BOOKING_END"] == booking["end"]
+    # the pod ends at the booking's end (grace 0 in these tests), counted from its creation
+    created = parse_utc(pod["metadata"]["creationTimestamp"])
+    booked_left = (parse_utc(booking["end"]) - created).total_seconds()
+    assert booked_left - 5 <= pod["spec"]["activeDeadlineSeconds"] <= booked_left + 1
+
+    # the single-user server itself answers through the proxy
+    status = driver.proxy.get("/user/alice/api/status")
+    assert status.status_code == 200, status.text
+    assert driver.get_booking(booking["id"])["server"] == ""
+
+    driver.stop_server("alice")
+    assert "jupyter-alice" not in driver.pods()
+    assert driver.get_booking(booking["id"])["server"] is None  # released for the next start
+
+
+def test_without_a_booking_gpu_is_refused_and_cpu_starts(driver):
+    refused = driver.start_server("bob", "l4")
+    assert refused.status_code >= 400, refused.text
+    message = refused.json()["message"]
+    assert "booking" in message.lower() and "Traceback" not in message and "<" not in message
+    assert driver.server_model("bob") is None
+    assert not [name for name in driver.pods() if name.startswith("jupyter-bob")]
+
+    started = driver.start_server("bob", "cpu")
+    assert started.status_code in (201, 202), started.text
+    driver.wait_ready("bob")
+    pod = driver.pods()["jupyter-bob"]
+    assert not any("nvidia.com" in name for name in pod["spec"]["containers"][0]["resources"]["limits"])
+    driver.stop_server("bob")
+
+
+def test_one_booking_serves_one_server_at_a_time(driver):
+    booking = driver.book("carol", "l4", 1)
+    assert driver.start_server("carol", "l4", server="first").status_code in (201, 202)
+    driver.wait_ready("carol", "first")
+
+    second = driver.start_server("carol", "l4", server="second")
+    assert second.status_code >= 400, second.text
+    assert "first" in second.json()["message"]
+    assert driver.server_model("carol", "second") is None
+
+    # once the first server stops, the booking is free for another server
+    driver.stop_server("carol", "first")
+    assert driver.start_server("carol", "l4", server="second").status_code in (201, 202)
+    driver.wait_ready("carol", "second")
+    assert driver.get_booking(booking["id"])["server"] == "second"
+    driver.stop_server("carol", "second")
+
+
+def test_service_down_refuses_gpu_but_not_cpu_and_bookings_survive_a_restart(driver):
+    booking = driver.book("dave", "a100", 0.25)
+    paused = driver.signal_service(SIGSTOP)
+    try:
+        refused = driver.start_server("dave", "a100")
+        assert refused.status_code >= 400, refused.text
+        assert "cannot be reached" in refused.json()["message"]
+        cpu = driver.start_server("dave", "cpu", server="notes")
+        assert cpu.status_code in (201, 202), cpu.text
+        driver.wait_ready("dave", "notes")
+    finally:
+        driver.signal_service(SIGCONT)
+    driver.stop_server("dave", "notes")
+
+    # the Hub restarts its managed service; the bookings are in its database, not its memory
+    driver.signal_service(SIGTERM)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if driver.service_pid() != paused and driver.booking.get("pools").status_code == 200:
+                break
+        except AssertionError:
+            pass  # between the old process and the new one
+        time.sleep(1)
+    else:
+        pytest.fail("the Hub did not restart the booking service within 90 s")
+    assert driver.get_booking(booking["id"])["state"] == "active"
+    assert driver.start_server("dave", "a100").status_code in (201, 202)
+    driver.wait_ready("dave")
+    driver.stop_server("dave")
+
+
+def test_booking_end_ends_the_pod_and_the_hub_sees_the_server_stopped(driver):
+    # on the tests' 1-minute grid, a booking can end within a minute or two
+    now = datetime.now(timezone.utc)
+    start = now.replace(second=0, microsecond=0)
+    minutes = 1 if (start + timedelta(minutes=1) - now).total_seconds() > 25 else 2
+    booking = driver.book("erin", "l4", 1, minutes=minutes, start=start)
+    assert driver.start_server("erin", "l4").status_code in (201, 202)
+    driver.wait_ready("erin")
+    assert "jupyter-erin" in driver.pods()
+
+    end = parse_utc(booking["end"])
+    timeout = (end - datetime.now(timezone.utc)).total_seconds() + 60
+    driver.wait_stopped("erin", timeout=timeout)
+    assert datetime.now(timezone.utc) >= end  # not before the booking's end
+    pod = driver.pods().get("jupyter-erin")
+    assert pod is None or pod["status"].get("reason") == "DeadlineExceeded"
