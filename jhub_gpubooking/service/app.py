@@ -34,6 +34,8 @@ from ..core.model import Pool
 from .api import api_routes
 from .base import BaseHandler
 from .feeds import feed_routes
+from .lifecycle import LifecycleService
+from .lifecycle_api import lifecycle_routes
 from .metrics import ServiceMetrics
 
 #: Regular expression of each path parameter used in the route templates.
@@ -75,10 +77,10 @@ class MetricsHandler(BaseHandler):
 
 def service_routes() -> list[tuple[str, type[web.RequestHandler]]]:
     """Every route of the service as OpenAPI path templates, relative to the service prefix."""
-    return [*api_routes(), *feed_routes(), ("metrics", MetricsHandler)]
+    return [*api_routes(), *lifecycle_routes(), *feed_routes(), ("metrics", MetricsHandler)]
 
 
-class GPUBookingService(ClusterIntegration, Application):
+class GPUBookingService(LifecycleService, ClusterIntegration, Application):
     """Book GPUs for time slots; the Hub's spawner asks this service before starting GPU servers."""
 
     name = "jhub-gpubooking-service"
@@ -367,6 +369,7 @@ class GPUBookingService(ClusterIntegration, Application):
         self.pool_objects = self.load_pools()
         self.metrics = ServiceMetrics()
         self.store = self.open_store()
+        self.setup_lifecycle()
         self.hub_auth = self.make_hub_auth()
         self.executor = ThreadPoolExecutor(
             self.executor_threads, thread_name_prefix="gpubooking-db"
@@ -399,6 +402,7 @@ class GPUBookingService(ClusterIntegration, Application):
         server = HTTPServer(self.tornado_app, xheaders=True)
         server.listen(listen.port or 80, listen.hostname or "127.0.0.1")
         self.start_cluster_integration()
+        self.start_lifecycle()
         self.log.info(
             "GPU booking service %s listening on %s (prefix %s)",
             self.service_name,
@@ -408,6 +412,7 @@ class GPUBookingService(ClusterIntegration, Application):
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         await stop.wait()
+        self.stop_lifecycle()
         self.stop_cluster_integration()
         server.stop()
         await server.close_all_connections()

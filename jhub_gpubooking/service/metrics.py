@@ -67,6 +67,30 @@ class ServiceMetrics:
             ["pool"],
             registry=self.registry,
         )
+        self.used_gpus = Gauge(
+            "gpubooking_used_gpus",
+            "GPUs of active bookings a server is using right now, per pool (the rest of "
+            "gpubooking_booked_gpus is booked but idle).",
+            ["pool"],
+            registry=self.registry,
+        )
+        self.releases = Counter(
+            "gpubooking_releases",
+            "Bookings whose remaining time was given back early, by reason (no_show, "
+            "server_stopped, preempted).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.warnings = Counter(
+            "gpubooking_end_warnings",
+            "Users warned that their booking is about to end.",
+            registry=self.registry,
+        )
+        self.server_stops = Counter(
+            "gpubooking_server_stops",
+            "Servers the service asked the Hub to stop because their booking ended.",
+            registry=self.registry,
+        )
         self.requests = Counter(
             "gpubooking_requests",
             "HTTP requests handled, by route template, method and status.",
@@ -81,6 +105,15 @@ class ServiceMetrics:
             registry=self.registry,
         )
 
+    def observe_release(self, reason: str) -> None:
+        self.releases.labels(reason=reason).inc()
+
+    def observe_warning(self) -> None:
+        self.warnings.inc()
+
+    def observe_server_stop(self) -> None:
+        self.server_stops.inc()
+
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         labels = {"route": route, "method": method, "status": str(status)}
         self.requests.labels(**labels).inc()
@@ -92,6 +125,9 @@ class ServiceMetrics:
             self.bookings.labels(state=state).set(count)
         for pool, amount in booked_gpus_now(bookings, pool_sizes, now).items():
             self.booked_gpus.labels(pool=pool).set(amount)
+        in_use = [booking for booking in bookings if booking.server is not None]
+        for pool, amount in booked_gpus_now(in_use, pool_sizes, now).items():
+            self.used_gpus.labels(pool=pool).set(amount)
         for pool, size in pool_sizes.items():
             self.pool_gpus.labels(pool=pool).set(size)
 

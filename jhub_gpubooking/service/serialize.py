@@ -31,6 +31,10 @@ def booking_json(booking: Booking, pool: Pool | None, now: datetime) -> dict:
         "updated": format_time(booking.updated),
         "placement": placement.to_json() if placement is not None else None,
         "server": booking.server,
+        # an early release moved "end"; "released_end" is the end that had been booked
+        "released_end": format_time(booking.released_end),
+        "release_reason": booking.release_reason,
+        "opportunistic": booking.opportunistic,
     }
 
 

@@ -109,6 +109,9 @@ def test_booking_json_shape_and_utc_times():
         "updated": "2026-11-22T09:00:00Z",
         "placement": {"node": "n1", "gpus": [1], "slices": 1},
         "server": None,
+        "released_end": None,
+        "release_reason": None,
+        "opportunistic": False,
     }
 
 

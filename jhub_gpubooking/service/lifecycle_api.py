@@ -1,0 +1,176 @@
+"""REST handlers of the booking lifecycle: a user's notices, the admin usage report and the
+admin view of who holds which GPU right now."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime, timedelta
+
+from tornado import web
+
+from ..core.accounting import GROUPINGS, Report
+from ..core.model import Booking, BookingState, format_amount
+from ..core.timegrid import ceil_to_grid, floor_to_grid, format_time
+from ..db.accounting import running_usage, usage_report
+from .api import APIHandler
+from .base import refusal
+
+#: How long a released booking stays in its user's notices.
+RELEASE_NOTICE_HOURS = 12
+#: Longest period one report may cover.
+MAX_REPORT_DAYS = 400
+
+RELEASE_MESSAGES = {
+    "no_show": "no server used it within {minutes} minutes of its start",
+    "server_stopped": "its server stopped and stayed stopped for {minutes} minutes",
+    "preempted": "a booking needed the GPU it was using",
+}
+
+
+def _clock(when: datetime) -> str:
+    return f"{when:%Y-%m-%d %H:%M} UTC"
+
+
+def notices_json(
+    bookings: list[Booking], now: datetime, warn_before: timedelta | None, minutes: dict
+) -> list[dict]:
+    """What the reservation page shows in its banner for these bookings of one user.
+
+    ``minutes`` maps a release reason to the configured wait, for the explanation.
+    """
+    notices = []
+    for booking in bookings:
+        state = booking.state(now)
+        if (
+            state is BookingState.ACTIVE
+            and warn_before is not None
+            and booking.end - now <= warn_before
+        ):
+            notices.append(
+                {
+                    "kind": "ending_soon",
+                    "booking_id": booking.id,
+                    "at": format_time(booking.end),
+                    "message": f"Your booking #{booking.id} in pool {booking.pool} ends at "
+                    f"{_clock(booking.end)}; save your work, the server will be stopped then.",
+                }
+            )
+        reason = booking.release_reason
+        if reason and booking.end > now - timedelta(hours=RELEASE_NOTICE_HOURS):
+            why = RELEASE_MESSAGES.get(reason, reason).format(minutes=minutes.get(reason, 0))
+            notices.append(
+                {
+                    "kind": "released",
+                    "booking_id": booking.id,
+                    "at": format_time(booking.end),
+                    "message": f"Your booking #{booking.id} in pool {booking.pool} was released "
+                    f"at {_clock(booking.end)} because {why}.",
+                }
+            )
+    return notices
+
+
+def report_json(report: Report) -> dict:
+    return {
+        "start": format_time(report.start),
+        "end": format_time(report.end),
+        "by": report.by,
+        "rows": [{"key": key, **totals.to_json()} for key, totals in report.rows.items()],
+        "total": report.total.to_json(),
+    }
+
+
+def report_csv(report: Report) -> str:
+    """The report's rows (and a final ``total`` row) as CSV with a header line."""
+    model = report_json(report)
+    rows = [*model["rows"], {"key": "total", **model["total"]}]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=[report.by, *model["total"]], lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({report.by: row["key"], **{k: v for k, v in row.items() if k != "key"}})
+    return buffer.getvalue()
+
+
+def holders_json(bookings: list[Booking], since: dict, now: datetime) -> list[dict]:
+    """Who holds which GPU slice right now: one entry per active booking."""
+    return [
+        {
+            "booking_id": booking.id,
+            "user": booking.user,
+            "pool": booking.pool,
+            "gpus": format_amount(booking.amount),
+            "node": booking.placement.node if booking.placement else None,
+            "gpu_indices": list(booking.placement.gpus) if booking.placement else [],
+            "server": booking.server,
+            "server_since": format_time(since[booking.id].start) if booking.id in since else None,
+            "start": format_time(booking.start),
+            "end": format_time(booking.end),
+            "opportunistic": booking.opportunistic,
+        }
+        for booking in bookings
+        if booking.state(now) is BookingState.ACTIVE
+    ]
+
+
+class NoticesHandler(APIHandler):
+    async def get(self, user: str) -> None:
+        principal = self.require_principal()
+        if not principal.may_act_for(user):
+            raise refusal(403, "Only the user themself or an administrator may read these notices.")
+        now = self.clock.now()
+        service = self.service
+        bookings = await self.run_in_executor(
+            self.store.list, user=user, start=now - timedelta(hours=RELEASE_NOTICE_HOURS)
+        )
+        rules = service.lifecycle.rules
+        minutes = {
+            "no_show": service.no_show_minutes,
+            "server_stopped": service.stopped_release_minutes,
+        }
+        self.write_json({"notices": notices_json(bookings, now, rules.warn_before, minutes)})
+
+
+class ReportHandler(APIHandler):
+    async def get(self) -> None:
+        self.require_admin()
+        slot = self.service.slot_minutes
+        now = self.clock.now()
+        end = ceil_to_grid(self.time_argument("end", now), slot)
+        start = floor_to_grid(self.time_argument("start", end - timedelta(days=7)), slot)
+        if end <= start:
+            raise refusal(400, "'end' must be after 'start'.")
+        if end - start > timedelta(days=MAX_REPORT_DAYS):
+            raise refusal(400, f"A report may cover at most {MAX_REPORT_DAYS} days.")
+        by = self.get_argument("by", "user")
+        if by not in GROUPINGS:
+            raise refusal(400, f"'by' must be one of: {', '.join(GROUPINGS)}.")
+        output = self.get_argument("format", "json")
+        if output not in ("json", "csv"):
+            raise refusal(400, "'format' must be json or csv.")
+        report = await self.run_in_executor(usage_report, self.store, start, end, by)
+        if output == "json":
+            self.write_json(report_json(report))
+            return
+        self.set_header("Content-Type", "text/csv; charset=UTF-8")
+        filename = f"gpu-usage-{start:%Y%m%d}-{end:%Y%m%d}-by-{by}.csv"
+        self.set_header("Content-Disposition", f'attachment; filename="{filename}"')
+        self.finish(report_csv(report))
+
+
+class HoldersHandler(APIHandler):
+    async def get(self) -> None:
+        self.require_admin()
+        now = self.clock.now()
+        bookings = await self.run_in_executor(self.store.list, state=BookingState.ACTIVE)
+        since = await self.run_in_executor(running_usage, self.store)
+        self.write_json({"holders": holders_json(bookings, since, now)})
+
+
+def lifecycle_routes() -> list[tuple[str, type[web.RequestHandler]]]:
+    return [
+        ("api/users/{user}/notices", NoticesHandler),
+        ("api/admin/report", ReportHandler),
+        ("api/admin/holders", HoldersHandler),
+    ]

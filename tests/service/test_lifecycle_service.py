@@ -1,0 +1,185 @@
+"""The service's lifecycle tick with a ManualClock: Hub stop calls, e-mail warnings, releases,
+notices and report builders. The Hub API is a tiny in-process Tornado app that records the
+calls; the mail server is aiosmtpd on a free port."""
+
+from __future__ import annotations
+
+import socket
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.handlers import Message
+from tornado import web
+from tornado.httpserver import HTTPServer
+
+from jhub_gpubooking.core.accounting import Report, UsageTotals
+from jhub_gpubooking.core.clock import ManualClock
+from jhub_gpubooking.core.lifecycle import ActionKind
+from jhub_gpubooking.core.model import Booking
+from jhub_gpubooking.service.app import GPUBookingService
+from jhub_gpubooking.service.lifecycle_api import notices_json, report_csv
+
+#: Monday 2030-01-07 10:05 UTC.
+NOW = datetime(2030, 1, 7, 10, 5, tzinfo=timezone.utc)
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return NOW.replace(hour=hour, minute=minute)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class FakeHubServers(web.RequestHandler):
+    """DELETE users/{user}/servers/{name}: records the call; 404 for unknown users."""
+
+    def delete(self, user: str, server: str) -> None:
+        self.application.settings["calls"].append(
+            (user, server, self.request.headers.get("Authorization"))
+        )
+        if user == "ghost":
+            raise web.HTTPError(404)
+        self.set_status(204)
+
+
+@pytest.fixture
+async def fake_hub():
+    calls: list = []
+    app = web.Application(
+        [(r"/hub/api/users/([^/]+)/servers/([^/]*)", FakeHubServers)], calls=calls
+    )
+    port = free_port()
+    server = HTTPServer(app)
+    server.listen(port, "127.0.0.1")
+    yield f"http://127.0.0.1:{port}/hub/api", calls
+    server.stop()
+
+
+class Mailbox(Message):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def handle_message(self, message) -> None:
+        self.messages.append(message)
+
+
+@pytest.fixture
+def mailbox():
+    box = Mailbox()
+    controller = Controller(box, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    yield box, controller.port
+    controller.stop()
+
+
+@pytest.fixture
+async def service(tmp_path, fake_hub, mailbox):
+    hub_api_url, _ = fake_hub
+    _, smtp_port = mailbox
+    service = GPUBookingService(
+        db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}",
+        upgrade_db=True,
+        pools=[{"name": "a100", "nodes": {"node-a": 2}}],
+        hub_api_url=hub_api_url,
+        api_token="service-token",
+        clock=ManualClock(NOW),
+        end_grace_seconds=120,
+        warn_before_minutes=10,
+        no_show_minutes=15,
+        stopped_release_minutes=30,
+        smtp_host="127.0.0.1",
+        smtp_port=smtp_port,
+        email_address_template="{user}@lab.example",
+        public_url="https://hub.example",
+    )
+    service.setup()
+    yield service
+    service.executor.shutdown(wait=True)
+
+
+async def test_tick_warns_by_email_then_stops_the_server_through_the_hub(
+    service, fake_hub, mailbox
+):
+    _, calls = fake_hub
+    box, _ = mailbox
+    booking = service.store.create("ada", "a100", "1", at(10), at(11))
+    service.store.claim(booking.id, "gpu-lab")
+
+    assert await service.lifecycle_tick(at(10, 49)) == []
+    [warn] = await service.lifecycle_tick(at(10, 50))
+    assert warn.kind is ActionKind.WARN
+    [mail] = box.messages
+    assert (mail["To"], mail["Subject"]) == (
+        "ada@lab.example",
+        "Your GPU booking ends at 11:00 UTC",
+    )
+    assert "https://hub.example/services/gpu-booking/" in mail.get_payload(decode=True).decode()
+    assert await service.lifecycle_tick(at(10, 55)) == []
+
+    assert await service.lifecycle_tick(at(11, 1)) == []  # within the 2-minute grace
+    [stop] = await service.lifecycle_tick(at(11, 2))
+    assert stop.kind is ActionKind.STOP_SERVER
+    assert calls == [("ada", "gpu-lab", "token service-token")]
+    assert await service.lifecycle_tick(at(11, 3)) == []
+    assert service.metrics.server_stops._value.get() == 1
+
+
+async def test_a_server_the_hub_does_not_know_counts_as_stopped(service, fake_hub):
+    _, calls = fake_hub
+    booking = service.store.create("ghost", "a100", "1", at(10), at(11))
+    service.store.claim(booking.id, "")
+    await service.lifecycle_tick(at(11, 5))
+    assert calls == [("ghost", "", "token service-token")]
+    assert await service.lifecycle_tick(at(11, 10)) == []
+
+
+async def test_unused_booking_is_released_and_noticed(service):
+    booking = service.store.create("bob", "a100", "2", at(10), at(12))
+    [release] = await service.lifecycle_tick(at(10, 20))
+    assert release.kind is ActionKind.RELEASE
+    released = service.store.get(booking.id)
+    assert (released.end, released.release_reason) == (at(10, 30), "no_show")
+    assert service.metrics.releases.labels(reason="no_show")._value.get() == 1
+
+
+def test_notices_tell_of_the_coming_end_and_of_releases():
+    ending = Booking("ada", "a100", 1, at(10), at(11), id=1)
+    released = Booking(
+        "ada", "a100", 1, at(9), at(10, 30), id=2, released_end=at(12), release_reason="no_show"
+    )
+    later = Booking("ada", "a100", 1, at(14), at(15), id=3)
+    notices = notices_json(
+        [ending, released, later], at(10, 52), timedelta(minutes=10), {"no_show": 15}
+    )
+    assert notices == [
+        {
+            "kind": "ending_soon",
+            "booking_id": 1,
+            "at": "2030-01-07T11:00:00Z",
+            "message": "Your booking #1 in pool a100 ends at 2030-01-07 11:00 UTC; save your "
+            "work, the server will be stopped then.",
+        },
+        {
+            "kind": "released",
+            "booking_id": 2,
+            "at": "2030-01-07T10:30:00Z",
+            "message": "Your booking #2 in pool a100 was released at 2030-01-07 10:30 UTC "
+            "because no server used it within 15 minutes of its start.",
+        },
+    ]
+
+
+def test_report_csv_has_a_row_per_key_and_a_total():
+    ada = UsageTotals(bookings=1, booked=2, used=1, idle=1)
+    report = Report(at(0), at(23), "user", rows={"ada": ada}, total=ada)
+    assert report_csv(report).splitlines() == [
+        "user,bookings,no_shows,booked_gpu_hours,used_gpu_hours,idle_gpu_hours,"
+        "released_gpu_hours,no_show_gpu_hours,scheduled_gpu_hours",
+        "ada,1,0,2.0,1.0,1.0,0.0,0.0,0.0",
+        "total,1,0,2.0,1.0,1.0,0.0,0.0,0.0",
+    ]
