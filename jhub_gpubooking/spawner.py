@@ -10,6 +10,8 @@ what the server will check again.
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 from datetime import datetime
 from fractions import Fraction
 from typing import Any
@@ -24,7 +26,7 @@ from .client import BookingClient, BookingRefused, BookingServiceUnavailable
 from .core.clock import SystemClock
 from .core.model import Booking, Placement, Pool, format_amount
 from .core.timegrid import format_time, parse_time
-from .gpu import booking_pod_settings
+from .gpu import PodSettings, booking_pod_settings
 
 try:  # JupyterHub >= 6 has a dedicated exception for refused spawns
     from jupyterhub.spawner import SpawnException
@@ -200,6 +202,8 @@ class GPUBookingSpawner(KubeSpawner):
 
     #: Booking claimed for this server (persisted in the Hub's state), to release at stop.
     _claimed_booking_id: int | None = None
+    # the booking-decided traits as configured, before any profile or booking (see _reset_...)
+    _configured_traits: dict[str, Any] | None = None
     #: The refusal of the current start, repeated in the progress stream.
     _booking_refusal_message: str | None = None
     _release_task: asyncio.Future | None = None
@@ -388,6 +392,7 @@ class GPUBookingSpawner(KubeSpawner):
             raise
 
     async def _load_checked_options(self) -> None:
+        self._reset_booking_traits()
         profiles = await self._initialized_profiles()
         if not profiles:
             await super().load_user_options()
@@ -473,6 +478,21 @@ class GPUBookingSpawner(KubeSpawner):
             reason="gpu_booking_in_use",
             status_code=409,
         )
+
+    def _reset_booking_traits(self) -> None:
+        """Start every load from the configured values of the traits a booking decides.
+
+        JupyterHub keeps one spawner object across stop and start, and KubeSpawner merges profile
+        overrides into these dicts in place; without this a later start on a CPU profile (or on a
+        booking that is gone) would inherit the last GPU share, node pin and deadline.
+        """
+        if self._configured_traits is None:
+            self._configured_traits = {
+                name: copy.deepcopy(getattr(self, name)) for name in _BOOKING_TRAITS
+            }
+            return
+        for name, value in self._configured_traits.items():
+            setattr(self, name, copy.deepcopy(value))
 
     def _apply_booking(self, pool: Pool, booking: Booking) -> None:
         """Merge the booked share into the traits KubeSpawner builds the pod from."""
@@ -561,3 +581,7 @@ class GPUBookingSpawner(KubeSpawner):
         # server take it once the Hub reports this one stopped
         super().clear_state()
         self._claimed_booking_id = None
+
+
+#: the traits a booking decides (the fields of gpu.PodSettings)
+_BOOKING_TRAITS = tuple(field.name for field in dataclasses.fields(PodSettings))

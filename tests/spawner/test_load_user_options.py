@@ -322,3 +322,35 @@ async def test_failed_start_gives_the_claim_back(make_spawner, booking_service, 
         "/services/gpu-booking/api/bookings/81/release", {"server": "gpu"}
     )
     assert booking_service.active[0]["server"] is None
+
+
+async def test_a_later_cpu_start_inherits_nothing_from_the_last_booking(
+    make_spawner, booking_service, make_booking
+):
+    """JupyterHub keeps one spawner object across stop/start: what a booking set must not
+    outlive it, or a CPU restart would get a GPU (and the booked node and deadline) for free."""
+    spawner = make_spawner({"profile": "a100"})
+    before = {
+        "node_selector": dict(spawner.node_selector),
+        "extra_pod_config": dict(spawner.extra_pod_config),
+        "environment": dict(spawner.environment),
+    }
+    booking_service.active = [make_booking(11)]
+    await spawner.load_user_options()
+    assert has_gpu(spawner) and "activeDeadlineSeconds" in spawner.extra_pod_config
+
+    booking_service.active = []
+    spawner.user_options = {"profile": "cpu"}
+    await spawner.load_user_options()
+    assert not has_gpu(spawner)
+    assert not any(key.startswith("nvidia.com/") for key in spawner.extra_resource_guarantees)
+    assert spawner.node_selector == before["node_selector"]
+    assert spawner.extra_pod_config == before["extra_pod_config"]
+    assert not any(key.startswith("GPU_BOOKING_") for key in spawner.environment)
+    assert not any(key.startswith("gpubooking.jupyter.org/") for key in spawner.extra_annotations)
+
+    # and a GPU restart whose booking is gone is refused, not started on the old share
+    spawner.user_options = {"profile": "a100"}
+    error = await refusal_of(spawner)
+    assert "no active A100 booking" in shown_message(error)
+    assert not has_gpu(spawner)
