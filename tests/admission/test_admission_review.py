@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import jsonpatch
 import pytest
-from conftest import NOW, booking, gpu_pod
+from admission_fixtures import NOW, booking, gpu_pod
 
 from jhub_gpubooking.admission.review import (
     AdmissionSettings,

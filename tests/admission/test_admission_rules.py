@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import gpu_pod
+from admission_fixtures import gpu_pod
 
 from jhub_gpubooking.admission.rules import RuleBroken, coverage_gap, pod_gpu_demand
 from jhub_gpubooking.core.model import Pool
