@@ -294,8 +294,12 @@ def start_booking_hub(
     db_url: str | None = None,
     pools: list[dict] | None = None,
     extra_service_config: str = "",
+    extra_hub_config: str = "",
 ) -> Iterator[RunningHub]:
-    """Run a Hub + proxy + booking service in ``directory``; stop everything on exit."""
+    """Run a Hub + proxy + booking service in ``directory``; stop everything on exit.
+
+    ``extra_hub_config`` is appended to jupyterhub_config.py (e.g. a spawner that really runs).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     db_url = db_url or "sqlite:///" + str(directory / "bookings.sqlite")
     ports = dict(
@@ -310,6 +314,7 @@ def start_booking_hub(
     )
     (directory / "jupyterhub_config.py").write_text(
         hub_config(directory=directory, service_config_path=config_path, **ports)
+        + textwrap.dedent(extra_hub_config)
     )
     log_path = directory / "jupyterhub.log"
     with open(log_path, "wb") as log:
