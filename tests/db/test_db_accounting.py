@@ -68,20 +68,30 @@ def test_report_by_user_adds_up(store, day):
     report = usage_report(store, at(0), at(0, days=1), "user")
     assert {user: hours(totals) for user, totals in report.rows.items()} == {
         # 10:05-11:00 and 11:10-12:00 used; the 5 minutes after the end are not booked time
-        "ada": dict(
-            booked=2, used=Fraction(7, 4), idle=Fraction(1, 4), released=0, no_show=0, scheduled=0
-        ),
-        "bob": dict(
-            booked=2, used=0, idle=Fraction(1, 2), released=0, no_show=Fraction(3, 2), scheduled=0
-        ),
-        "carol": dict(
-            booked=1,
-            used=Fraction(1, 4),
-            idle=Fraction(1, 4),
-            released=Fraction(1, 2),
-            no_show=0,
-            scheduled=0,
-        ),
+        "ada": {
+            "booked": 2,
+            "used": Fraction(7, 4),
+            "idle": Fraction(1, 4),
+            "released": 0,
+            "no_show": 0,
+            "scheduled": 0,
+        },
+        "bob": {
+            "booked": 2,
+            "used": 0,
+            "idle": Fraction(1, 2),
+            "released": 0,
+            "no_show": Fraction(3, 2),
+            "scheduled": 0,
+        },
+        "carol": {
+            "booked": 1,
+            "used": Fraction(1, 4),
+            "idle": Fraction(1, 4),
+            "released": Fraction(1, 2),
+            "no_show": 0,
+            "scheduled": 0,
+        },
     }
     total = report.total
     assert total.booked == sum(getattr(total, name) for name in BUCKETS) == 5
@@ -125,12 +135,22 @@ def test_report_by_pool_and_json(store, day):
 
 def test_report_clips_to_the_period(store, day):
     report = usage_report(store, at(10, 30), at(11, 30), "user")
-    assert hours(report.rows["ada"]) == dict(
-        booked=1, used=Fraction(5, 6), idle=Fraction(1, 6), released=0, no_show=0, scheduled=0
-    )
-    assert hours(report.rows["bob"]) == dict(
-        booked=1, used=0, idle=0, released=0, no_show=1, scheduled=0
-    )
+    assert hours(report.rows["ada"]) == {
+        "booked": 1,
+        "used": Fraction(5, 6),
+        "idle": Fraction(1, 6),
+        "released": 0,
+        "no_show": 0,
+        "scheduled": 0,
+    }
+    assert hours(report.rows["bob"]) == {
+        "booked": 1,
+        "used": 0,
+        "idle": 0,
+        "released": 0,
+        "no_show": 1,
+        "scheduled": 0,
+    }
     assert "carol" not in report.rows
 
 
@@ -140,9 +160,14 @@ def test_running_server_counts_as_used_until_now_and_the_rest_is_scheduled(store
     clock.set(at(11, 5))
     assert running_usage(store) == {booking.id: running_usage(store)[booking.id]}
     report = usage_report(store, at(10), at(12), "user")
-    assert hours(report.total) == dict(
-        booked=4, used=2, idle=Fraction(1, 6), released=0, no_show=0, scheduled=Fraction(11, 6)
-    )
+    assert hours(report.total) == {
+        "booked": 4,
+        "used": 2,
+        "idle": Fraction(1, 6),
+        "released": 0,
+        "no_show": 0,
+        "scheduled": Fraction(11, 6),
+    }
 
 
 def test_unknown_grouping_is_refused(store):

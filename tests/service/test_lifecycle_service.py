@@ -178,8 +178,10 @@ def test_report_csv_has_a_row_per_key_and_a_total():
     ada = UsageTotals(bookings=1, booked=2, used=1, idle=1)
     report = Report(at(0), at(23), "user", rows={"ada": ada}, total=ada)
     assert report_csv(report).splitlines() == [
-        "user,bookings,no_shows,booked_gpu_hours,used_gpu_hours,idle_gpu_hours,"
-        "released_gpu_hours,no_show_gpu_hours,scheduled_gpu_hours",
+        (
+            "user,bookings,no_shows,booked_gpu_hours,used_gpu_hours,idle_gpu_hours,"
+            "released_gpu_hours,no_show_gpu_hours,scheduled_gpu_hours"
+        ),
         "ada,1,0,2.0,1.0,1.0,0.0,0.0,0.0",
         "total,1,0,2.0,1.0,1.0,0.0,0.0,0.0",
     ]
