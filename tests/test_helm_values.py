@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
@@ -26,7 +27,8 @@ from jhub_gpubooking.core.timegrid import format_time, parse_time
 
 REPO_ROOT = Path(__file__).parents[1]
 HELM_VALUES = REPO_ROOT / "helm-values"
-Z2JH = REPO_ROOT.parent / "shared" / "z2jh"
+# shared/ sits next to the repo (CI); GPUBOOKING_SHARED_DIR overrides it, as in scripts/_env.sh
+Z2JH = Path(os.environ.get("GPUBOOKING_SHARED_DIR", REPO_ROOT.parent / "shared")) / "z2jh"
 VARIANTS = ["values-postgresql.yaml", "values-sqlite-pvc.yaml"]
 SERVICE_NAME = "gpu-booking"
 POSTGRES_URL = "postgresql+psycopg://gpubooking:secret@postgres.db.svc:5432/gpubooking"
@@ -60,7 +62,7 @@ def load_yaml(path: Path) -> dict:
 @pytest.fixture(scope="module")
 def chart() -> tuple[dict, Draft7Validator]:
     if not (Z2JH / "values.yaml").exists():
-        pytest.skip(f"z2jh chart defaults not found at {Z2JH} (shared/ must sit next to the repo)")
+        pytest.skip(f"z2jh chart defaults not found at {Z2JH} (shared/ must sit next to the repo, or set GPUBOOKING_SHARED_DIR)")
     schema = load_yaml(Z2JH / "values.schema.yaml")
     return load_yaml(Z2JH / "values.yaml"), Draft7Validator(schema)
 
