@@ -31,6 +31,7 @@ from .._version import __version__
 from ..admission.integration import ClusterIntegration
 from ..core.clock import Clock, SystemClock
 from ..core.model import Pool
+from ..db.session import DEFAULT_DB_URL
 from .api import api_routes
 from .base import BaseHandler
 from .feeds import feed_routes
@@ -186,9 +187,14 @@ class GPUBookingService(LifecycleService, ClusterIntegration, Application):
         return os.environ.get("JUPYTERHUB_PUBLIC_URL", "")
 
     db_url = Unicode(
-        "sqlite:///jhub_gpubooking.sqlite",
-        help="SQLAlchemy URL of the booking database (SQLite, PostgreSQL or MySQL/MariaDB).",
+        help="SQLAlchemy URL of the booking database (SQLite, PostgreSQL or MySQL/MariaDB); "
+        "default: $GPUBOOKING_DB_URL, else sqlite:///gpubooking.sqlite in the working directory "
+        "(the same default as the jhub-gpubooking admin CLI).",
     ).tag(config=True)
+
+    @default("db_url")
+    def _default_db_url(self) -> str:
+        return os.environ.get("GPUBOOKING_DB_URL", DEFAULT_DB_URL)
     pools = List(
         Dict(),
         help="GPU pools: one dict per pool with the keys of jhub_gpubooking.core.model.Pool "
