@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 import shutil
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -334,3 +335,34 @@ def test_page_follows_the_hubs_dark_theme(hub, browser):
         screenshot(page, "reservation-page-dark")
     finally:
         dark.close()
+
+
+def test_ending_booking_shows_a_notice_and_admins_see_holders_and_the_report(hub, context, browser):
+    now = datetime.now(timezone.utc)
+    slot_start = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0)
+    left = (slot_start + timedelta(minutes=15) - now).total_seconds()
+    if left < 120:  # the booking must not end while the page loads: use the next slot
+        time.sleep(left + 1)
+        slot_start += timedelta(minutes=15)
+    booking = book_through_api(
+        hub, "ada", "a100", 1, slot_start, slot_start + timedelta(minutes=15)
+    )
+    page = open_page(context, hub, "ada")
+    notice = page.locator(f'#gb-notices [data-booking-id="{booking["id"]}"]')
+    notice.wait_for()
+    assert notice.get_attribute("data-kind") == "ending_soon"
+    assert "save your work" in notice.inner_text()
+
+    admin_context = browser.new_context(timezone_id=BROWSER_ZONE, locale="en-GB")
+    admin_page = open_page(admin_context, hub, "carol")
+    holder = admin_page.locator("#gb-holders td", has_text="not running")
+    holder.first.wait_for()
+    admin_page.locator("#gb-report tbody tr").first.wait_for()
+    users = admin_page.locator("#gb-report tbody tr td:first-child").all_inner_texts()
+    assert "ada" in users and users[-1] == "total"
+    admin_page.select_option("#gb-report-by", "pool")
+    admin_page.wait_for_function(
+        "document.querySelector('#gb-report-csv').href.includes('by=pool&format=csv')"
+    )
+    screenshot(admin_page, "admin-usage")
+    admin_context.close()

@@ -240,7 +240,46 @@ function wireFeed() {
   });
 }
 
+// ---------------------------------------------------------------- notices (end warnings, releases)
+
+async function loadNotices() {
+  const { notices } = await api("GET", `users/${encodeURIComponent(config.user)}/notices`);
+  $("gb-notices").replaceChildren(...notices.map((notice) => el("div", {
+    class: `alert ${notice.kind === "ending_soon" ? "alert-warning" : "alert-info"}`,
+    dataset: { kind: notice.kind, bookingId: notice.booking_id },
+  }, notice.message)));
+}
+
 // ---------------------------------------------------------------- administration
+
+function simpleTable(caption, headings, rows) {
+  return el("div", { class: "table-responsive" }, el("table", { class: "table table-sm gb-table" },
+    el("caption", { class: "visually-hidden" }, caption),
+    el("thead", {}, el("tr", {}, headings.map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((cell) => el("td", {}, String(cell))))))));
+}
+
+async function loadHolders() {
+  const { holders } = await api("GET", "admin/holders");
+  $("gb-holders").replaceChildren(holders.length
+    ? simpleTable("GPUs in use now", ["User", "Pool", "GPUs", "Node", "GPU", "Server", "Ends"],
+      holders.map((h) => [h.user, poolName(h.pool), h.gpus, h.node, h.gpu_indices.join(", "),
+        h.server === null ? "not running" : h.server || "default", formatTime(parseUtc(h.end))]))
+    : el("p", { class: "text-body-secondary" }, "No booking is active right now."));
+}
+
+async function loadReport() {
+  const by = $("gb-report-by").value;
+  $("gb-report-csv").href = `${config.apiUrl}admin/report?by=${by}&format=csv`;
+  const report = await api("GET", `admin/report?by=${by}`);
+  const hours = (value) => value.toFixed(2);
+  const line = (key, t) => [key, t.bookings, hours(t.booked_gpu_hours), hours(t.used_gpu_hours),
+    hours(t.idle_gpu_hours), hours(t.released_gpu_hours), hours(t.no_show_gpu_hours), t.no_shows];
+  $("gb-report").replaceChildren(simpleTable("Usage report",
+    [by, "Bookings", "Booked", "Used", "Idle", "Released", "No-show", "No-shows"],
+    [...report.rows.map((row) => line(row.key, row)), line("total", report.total)]));
+}
+
 
 async function loadAdmin() {
   const [{ bookings }, windows] = await Promise.all([api("GET", "bookings"), api("GET", "maintenance")]);
@@ -322,7 +361,8 @@ async function refresh() {
   await loadMyBookings();
   renderMyBookings();
   await loadTimeline();
-  if (config.isAdmin) await loadAdmin();
+  await loadNotices();
+  if (config.isAdmin) await Promise.all([loadAdmin(), loadHolders(), loadReport()]);
 }
 
 function showLoadError(error) {
@@ -359,6 +399,7 @@ async function start() {
     $("gb-mw-end").value = toLocalInput(firstStart + 2 * HOUR_MS);
     $("gb-maintenance-form").addEventListener("submit", submitMaintenance);
     $("gb-all-show-past").addEventListener("change", loadAdmin);
+    $("gb-report-by").addEventListener("change", loadReport);
   }
   await Promise.all([refresh(), showFeedOnce()]);
 }
