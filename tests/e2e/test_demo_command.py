@@ -1,0 +1,96 @@
+"""README's first command, as a user runs it: ``./scripts/demo`` comes up, serves a server, and
+Ctrl-C leaves no process behind (Hub, proxy, service, simulated cluster, pod processes)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from e2e_harness import REPO, free_ports
+
+pytestmark = pytest.mark.e2e
+
+
+def descendants(pid: int) -> set[int]:
+    """All processes below ``pid`` (by parent id), found through /proc."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(proc.name))
+    found, stack = set(), [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.add(child)
+            stack.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie has exited; only its parent's wait() is missing
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_demo_command_serves_and_ctrl_c_leaves_no_process(tmp_path):
+    port, k8s, hub, proxy_api, service = free_ports(5)
+    token = secrets.token_hex(16)
+    env = dict(
+        os.environ,
+        DEMO_PORT=str(port), DEMO_K8S_PORT=str(k8s), DEMO_HUB_PORT=str(hub),
+        DEMO_PROXY_API_PORT=str(proxy_api), DEMO_SERVICE_PORT=str(service),
+        DEMO_ADMIN_TOKEN=token, DEMO_STATE_DIR=str(tmp_path / "state"),
+    )
+    demo = subprocess.Popen(
+        [str(REPO / "scripts" / "demo")], cwd=REPO, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        banner = []
+        deadline = time.monotonic() + 600  # the first run may install the 'latest' environment
+        for line in demo.stdout:
+            banner.append(line)
+            if "Press Ctrl-C to stop" in line or time.monotonic() > deadline:
+                break
+        text = "".join(banner)
+        assert f"http://127.0.0.1:{port}/" in text and "password: demo" in text, text[-3000:]
+
+        hub_api = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}/hub/api/",
+            headers={"Authorization": f"token {token}"}, timeout=60,
+        )
+        assert hub_api.post("users/alice/server", json={"profile": "cpu"}).status_code in (201, 202)
+        for _ in range(120):
+            if hub_api.get("users/alice").json()["servers"].get("", {}).get("ready"):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("alice's CPU server did not become ready")
+        started = descendants(demo.pid)
+        assert len(started) >= 4  # cluster, hub, proxy, service, pod process...
+
+        demo.send_signal(signal.SIGINT)  # what Ctrl-C does
+        assert demo.wait(timeout=120) == 0
+        time.sleep(1)
+        left = sorted(pid for pid in started if alive(pid))
+        assert left == [], f"processes left behind: {left}"
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+        demo.stdout.close()
