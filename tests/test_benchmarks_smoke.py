@@ -109,6 +109,26 @@ def test_api_throughput_measures_every_operation_against_a_real_hub(tmp_path):
     )
 
 
+@pytest.mark.e2e
+def test_spawn_overhead_times_both_spawners_and_the_gate(tmp_path):
+    output, results = run_script("spawn_overhead", tmp_path)
+
+    assert "| spawn, GPUBookingSpawner " in output and "gate p99 ms" in output
+    assert results["spawns"] == 2 and results["gate_samples_per_spawn"] == 3
+    samples = results["samples_ms"]
+    # 2 timed spawns per Hub; the gate runs 3 times after each gated spawn, warm-up included
+    assert len(samples["gated"]) == len(samples["plain"]) == 2
+    assert len(samples["gate"]) == 3 * 3
+    for kind in ("gated", "plain", "gate"):
+        assert results[kind]["samples"] == len(samples[kind])
+        assert 0 < results[kind]["min_ms"] <= results[kind]["median_ms"] <= results[kind]["max_ms"]
+    # a spawn includes a pod's start; the gate is only the booking check before it
+    assert results["gate"]["max_ms"] < results["gated"]["min_ms"]
+    assert results["median_ratio"] == pytest.approx(
+        results["gated"]["median_ms"] / results["plain"]["median_ms"]
+    )
+
+
 # ---------------------------------------------------------------- the simulator's measures
 
 
