@@ -32,6 +32,7 @@ from ..admission.integration import ClusterIntegration
 from ..core.clock import Clock, SystemClock
 from ..core.model import Pool
 from ..db.session import DEFAULT_DB_URL
+from ..db.stats import metrics_snapshot
 from .api import api_routes
 from .base import BaseHandler
 from .feeds import feed_routes
@@ -69,9 +70,10 @@ class MetricsHandler(BaseHandler):
             if not (principal.is_admin or principal.kind == "service"):
                 raise web.HTTPError(403, "Only administrators and Hub services may read metrics.")
         service = self.service
-        bookings = await self.run_in_executor(self.store.list)
+        now = self.clock.now()
+        counts, active = await self.run_in_executor(metrics_snapshot, self.store, now)
         pool_sizes = {name: pool.total_gpus for name, pool in service.pool_objects.items()}
-        service.metrics.refresh(bookings, pool_sizes, self.clock.now())
+        service.metrics.refresh(counts, active, pool_sizes, now)
         self.set_header("Content-Type", service.metrics.content_type)
         self.finish(service.metrics.exposition())
 

@@ -7,7 +7,6 @@ prometheus_client's global registry.
 
 from __future__ import annotations
 
-from collections import Counter as Tally
 from collections.abc import Iterable
 from datetime import datetime
 from fractions import Fraction
@@ -25,12 +24,6 @@ from ..core.model import Booking, BookingState
 
 #: Buckets for request latency: booking requests are small database transactions.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def booking_counts(bookings: Iterable[Booking], now: datetime) -> dict[str, int]:
-    """Number of bookings in each state (every state present, zero included)."""
-    tally = Tally(booking.state(now).value for booking in bookings)
-    return {state.value: tally.get(state.value, 0) for state in BookingState}
 
 
 def booked_gpus_now(bookings: Iterable[Booking], pools: Iterable[str], now: datetime) -> dict:
@@ -119,13 +112,19 @@ class ServiceMetrics:
         self.requests.labels(**labels).inc()
         self.request_duration.labels(**labels).observe(seconds)
 
-    def refresh(self, bookings: list[Booking], pool_sizes: dict[str, int], now: datetime) -> None:
-        """Set the booking gauges from the current bookings (called before each scrape)."""
-        for state, count in booking_counts(bookings, now).items():
+    def refresh(
+        self,
+        state_counts: dict[str, int],
+        active: list[Booking],
+        pool_sizes: dict[str, int],
+        now: datetime,
+    ) -> None:
+        """Set the gauges before a scrape from the counts per state and the active bookings."""
+        for state, count in state_counts.items():
             self.bookings.labels(state=state).set(count)
-        for pool, amount in booked_gpus_now(bookings, pool_sizes, now).items():
+        for pool, amount in booked_gpus_now(active, pool_sizes, now).items():
             self.booked_gpus.labels(pool=pool).set(amount)
-        in_use = [booking for booking in bookings if booking.server is not None]
+        in_use = [booking for booking in active if booking.server is not None]
         for pool, amount in booked_gpus_now(in_use, pool_sizes, now).items():
             self.used_gpus.labels(pool=pool).set(amount)
         for pool, size in pool_sizes.items():

@@ -20,7 +20,7 @@ from jhub_gpubooking.service import app as service_app
 from jhub_gpubooking.service.app import GPUBookingService, service_routes, template_to_pattern
 from jhub_gpubooking.service.base import Principal, principal_from_model
 from jhub_gpubooking.service.feeds import bookings_calendar
-from jhub_gpubooking.service.metrics import ServiceMetrics, booked_gpus_now, booking_counts
+from jhub_gpubooking.service.metrics import ServiceMetrics, booked_gpus_now
 from jhub_gpubooking.service.serialize import booking_json, pool_json
 
 OPENAPI_PATH = Path(service_app.__file__).with_name("openapi.yaml")
@@ -148,7 +148,7 @@ def test_calendar_parses_back_with_one_event_per_booking():
     assert [str(event["status"]) for event in events] == ["CONFIRMED", "CANCELLED"]
 
 
-def test_metric_builders_count_states_and_active_gpus():
+def test_booked_gpus_sum_active_bookings_per_pool():
     now = T0 + timedelta(minutes=30)
     bookings = [
         make_booking(),
@@ -156,7 +156,6 @@ def test_metric_builders_count_states_and_active_gpus():
         make_booking(id=9, start=T0 + timedelta(days=1), end=T0 + timedelta(days=1, hours=1)),
         make_booking(id=10, status="cancelled"),
     ]
-    assert booking_counts(bookings, now) == {"upcoming": 1, "active": 2, "ended": 0, "cancelled": 1}
     assert booked_gpus_now(bookings, ["a100", "shared", "empty"], now) == {
         "a100": 1.0,
         "shared": 0.25,
@@ -167,7 +166,7 @@ def test_metric_builders_count_states_and_active_gpus():
 def test_metrics_exposition_uses_its_own_registry():
     first, second = ServiceMetrics(), ServiceMetrics()
     first.observe_request("api/pools", "GET", 200, 0.01)
-    first.refresh([make_booking()], {"a100": 2}, T0)
+    first.refresh({"active": 1}, [make_booking()], {"a100": 2}, T0)
     text = first.exposition().decode()
     assert 'gpubooking_requests_total{method="GET",route="api/pools",status="200"} 1.0' in text
     assert 'gpubooking_booked_gpus{pool="a100"} 1.0' in text
