@@ -1,0 +1,163 @@
+"""Opportunistic grants and their preemption, on the same database and locks as the store.
+
+A grant is an ordinary booking row marked ``opportunistic``: claims, releases, the lifecycle
+(stop at its end) and reports treat it like any other. Policy limits other than the pools a
+user may use do not apply, because a grant only takes capacity nobody booked.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import select
+
+from ..core import placement as placing
+from ..core.errors import Conflict, NoCapacity, PolicyViolation
+from ..core.model import Booking, format_amount, parse_amount
+from ..core.opportunistic import PREEMPTED, grant_interval, preemption_plan
+from ..core.timegrid import format_time
+from .convert import booking_from_row, booking_row
+from .lifecycle import BookingLifecycle
+from .models import BookingRow
+from .store import BookingStore
+
+
+def _amount(gpus: Any) -> Fraction:
+    return gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
+
+
+class OpportunisticBookings:
+    """Grant free capacity without a booking; make room for bookings by preempting grants."""
+
+    def __init__(self, store: BookingStore, lifecycle: BookingLifecycle):
+        self.store = store
+        self.lifecycle = lifecycle
+
+    def interval(self, horizon_minutes: int) -> tuple[datetime, datetime]:
+        return grant_interval(self.store._now(), horizon_minutes, self.store.slot_minutes)
+
+    def largest_grantable(self, pool: str, horizon_minutes: int) -> Fraction:
+        """The most GPUs of ``pool`` a grant asked for now could get."""
+        pool_spec = self.store._pool(pool)
+        start, end = self.interval(horizon_minutes)
+        with self.store._transaction() as session:
+            bookings, windows = self.store._overlapping(session, pool, start, end)
+        return placing.largest_bookable(pool_spec, bookings, start, end, windows)
+
+    def grant(
+        self,
+        user: str,
+        pool: str,
+        gpus: Any,
+        horizon_minutes: int,
+        groups: Any = (),
+        actor: str | None = None,
+    ) -> Booking:
+        """A grant of ``gpus`` for ``user`` from now to the horizon, or the refusal to show.
+
+        A user who already holds a running grant in the pool gets that one back, so a retried
+        start never stacks grants.
+        """
+        pool_spec = self.store._pool(pool)
+        amount = _amount(gpus)
+        pool_spec.amount_to_slices(amount)
+        allowed = self.store.policy_for(groups).allowed_pools
+        if allowed is not None and pool not in allowed:
+            raise PolicyViolation(
+                "allowed_pools", f"You may not use the GPU pool {pool}, not even when it is free."
+            )
+        now = self.store._now()
+        start, end = grant_interval(now, horizon_minutes, self.store.slot_minutes)
+        with self.store._transaction(write=True) as session:
+            self.store._lock_pool(session, pool)
+            running = session.scalars(
+                select(BookingRow).where(
+                    BookingRow.user == user,
+                    BookingRow.pool == pool,
+                    BookingRow.opportunistic.is_(True),
+                    BookingRow.status == "booked",
+                    BookingRow.start <= now,
+                    BookingRow.end > now,
+                )
+            ).first()
+            if running is not None:
+                return booking_from_row(running)
+            bookings, windows = self.store._overlapping(session, pool, start, end)
+            try:
+                placed = placing.place(pool_spec, bookings, start, end, amount, windows)
+            except NoCapacity:
+                raise Conflict(
+                    f"No {format_amount(amount)} GPU of pool {pool} is free from now until "
+                    f"{end:%H:%M} UTC, so it cannot be used without a booking."
+                ) from None
+            request = Booking(
+                user=user,
+                pool=pool,
+                amount=amount,
+                start=start,
+                end=end,
+                placement=placed,
+                groups=tuple(sorted(groups)),
+                opportunistic=True,
+            )
+            row = booking_row(request, pool_spec, self.store._stamp())
+            session.add(row)
+            session.flush()
+            self.store._record(
+                session,
+                row,
+                actor or user,
+                "created",
+                gpus=str(amount),
+                start=format_time(start),
+                end=format_time(end),
+                node=placed.node,
+                gpu_indices=list(placed.gpus),
+                opportunistic=True,
+            )
+            return booking_from_row(row)
+
+    def create_preempting(
+        self, user: str, pool: str, gpus: Any, start: datetime, end: datetime, **options: Any
+    ) -> tuple[Booking, list[Booking]]:
+        """``store.create``; when only grants stand in the way, end them and book again.
+
+        Returns the booking and the preempted grants (as they are after their release), whose
+        servers the caller stops. Policy is checked before capacity, so a booking the policy
+        refuses never preempts anything.
+        """
+        amount = _amount(gpus)
+        try:
+            return self.store.create(user, pool, amount, start, end, **options), []
+        except NoCapacity:
+            preempted = self.preempt_for(pool, amount, start, end, options.get("actor"))
+            if not preempted:
+                raise
+        return self.store.create(user, pool, amount, start, end, **options), preempted
+
+    def preempt_for(
+        self, pool: str, amount: Fraction, start: datetime, end: datetime, actor: str | None
+    ) -> list[Booking]:
+        """Release the grants that keep ``amount`` from fitting in [start, end)."""
+        pool_spec = self.store._pool(pool)
+        released = []
+        with self.store._transaction(write=True) as session:
+            self.store._lock_pool(session, pool)
+            bookings, windows = self.store._overlapping(session, pool, start, end)
+            plan = preemption_plan(
+                pool_spec,
+                bookings,
+                start,
+                end,
+                amount,
+                windows,
+                now=self.store._now(),
+                slot_minutes=self.store.slot_minutes,
+            )
+            for preemption in plan:
+                row = session.get(BookingRow, preemption.booking.id, with_for_update=True)
+                self.lifecycle._release_row(session, row, preemption.new_end, PREEMPTED, actor)
+                released.append(booking_from_row(row))
+        return released
