@@ -8,43 +8,13 @@ import secrets
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 from e2e_harness import REPO, free_ports
+from hub_harness import descendant_pids, pid_alive
 
 pytestmark = pytest.mark.e2e
-
-
-def descendants(pid: int) -> set[int]:
-    """All processes below ``pid`` (by parent id), found through /proc."""
-    children: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(proc.name))
-    found, stack = set(), [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.add(child)
-            stack.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie has exited; only its parent's wait() is missing
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_demo_command_serves_and_ctrl_c_leaves_no_process(tmp_path):
@@ -81,13 +51,13 @@ def test_demo_command_serves_and_ctrl_c_leaves_no_process(tmp_path):
             time.sleep(0.5)
         else:
             pytest.fail("alice's CPU server did not become ready")
-        started = descendants(demo.pid)
+        started = descendant_pids(demo.pid)
         assert len(started) >= 4  # cluster, hub, proxy, service, pod process...
 
         demo.send_signal(signal.SIGINT)  # what Ctrl-C does
         assert demo.wait(timeout=120) == 0
         time.sleep(1)
-        left = sorted(pid for pid in started if alive(pid))
+        left = sorted(pid for pid in started if pid_alive(pid))
         assert left == [], f"processes left behind: {left}"
     finally:
         if demo.poll() is None:
