@@ -8,10 +8,10 @@ says which grants must end (and when) so that it fits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
-from typing import Iterable
 
 from .errors import NoCapacity
 from .model import Booking, MaintenanceWindow, Pool

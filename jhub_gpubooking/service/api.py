@@ -145,8 +145,8 @@ class BookingsHandler(APIHandler):
         self.pool_or_404(body["pool"])
         # groups are only known for the caller; an admin booking for someone else is exempt anyway
         groups = principal.groups if user == principal.name else ()
-        booking = await self.run_in_executor(
-            self.store.create,
+        # opportunistic grants in the booking's way are preempted (service/opportunistic.py)
+        booking = await self.service.create_booking(
             user,
             body["pool"],
             parse_amount(body["gpus"]),

@@ -39,9 +39,12 @@ from .feeds import feed_routes
 from .lifecycle import LifecycleService
 from .lifecycle_api import lifecycle_routes
 from .metrics import ServiceMetrics
+from .monitoring import GPUMonitoring
+from .opportunistic import OpportunisticService, opportunistic_routes
+from .planning import PlanningOptions, planning_routes
 
 #: Regular expression of each path parameter used in the route templates.
-PATH_PARAMETER_PATTERNS = {"booking_id": r"\d+", "window_id": r"\d+"}
+PATH_PARAMETER_PATTERNS = {"booking_id": r"\d+", "window_id": r"\d+", "series_id": r"\d+"}
 DEFAULT_PATH_PARAMETER_PATTERN = r"[^/]+"
 
 
@@ -80,10 +83,24 @@ class MetricsHandler(BaseHandler):
 
 def service_routes() -> list[tuple[str, type[web.RequestHandler]]]:
     """Every route of the service as OpenAPI path templates, relative to the service prefix."""
-    return [*api_routes(), *lifecycle_routes(), *feed_routes(), ("metrics", MetricsHandler)]
+    return [
+        *api_routes(),
+        *lifecycle_routes(),
+        *opportunistic_routes(),
+        *planning_routes(),
+        *feed_routes(),
+        ("metrics", MetricsHandler),
+    ]
 
 
-class GPUBookingService(LifecycleService, ClusterIntegration, Application):
+class GPUBookingService(
+    PlanningOptions,
+    OpportunisticService,
+    GPUMonitoring,
+    LifecycleService,
+    ClusterIntegration,
+    Application,
+):
     """Book GPUs for time slots; the Hub's spawner asks this service before starting GPU servers."""
 
     name = "jhub-gpubooking-service"
@@ -313,6 +330,7 @@ class GPUBookingService(LifecycleService, ClusterIntegration, Application):
             self.group_policies,
             slot_minutes=self.slot_minutes,
             clock=self.clock,
+            budgets=self.budget_book(),
         )
         store.sync_pools()
         return store

@@ -165,7 +165,10 @@ class HoldersHandler(APIHandler):
         now = self.clock.now()
         bookings = await self.run_in_executor(self.store.list, state=BookingState.ACTIVE)
         since = await self.run_in_executor(running_usage, self.store)
-        self.write_json({"holders": holders_json(bookings, since, now)})
+        holders = holders_json(bookings, since, now)
+        # GPU utilisation from Prometheus when configured (service/monitoring.py)
+        monitoring = await self.service.add_gpu_utilisation(holders)
+        self.write_json({"holders": holders, "monitoring": monitoring})
 
 
 def lifecycle_routes() -> list[tuple[str, type[web.RequestHandler]]]:

@@ -9,10 +9,10 @@ import pytest
 from db_test_times import at
 
 from jhub_gpubooking.core.errors import Conflict, NoCapacity, PolicyViolation
+from jhub_gpubooking.core.lifecycle import LifecycleRules
 from jhub_gpubooking.core.model import BookingState
 from jhub_gpubooking.db.lifecycle import BookingLifecycle
 from jhub_gpubooking.db.opportunistic import OpportunisticBookings
-from jhub_gpubooking.core.lifecycle import LifecycleRules
 
 HORIZON = 60  # minutes: grants asked for at 10:05 run 10:00-11:15
 
