@@ -236,6 +236,8 @@ class Booking:
     released_end: datetime | None = None
     release_reason: str | None = None
     opportunistic: bool = False
+    # the recurring series this booking is one occurrence of (None: a single booking)
+    series_id: int | None = None
 
     def state(self, now: datetime) -> BookingState:
         if self.status == "cancelled":

@@ -50,6 +50,7 @@ def booking_from_row(row: BookingRow) -> Booking:
         released_end=row.released_end,
         release_reason=row.release_reason,
         opportunistic=bool(row.opportunistic),
+        series_id=row.series_id,
     )
 
 
@@ -74,6 +75,7 @@ def booking_row(booking: Booking, pool: Pool, now: datetime) -> BookingRow:
         claimed_at=None,
         groups=list(booking.groups),
         opportunistic=booking.opportunistic,
+        series_id=booking.series_id,
         created=now,
         updated=now,
     )

@@ -117,6 +117,22 @@ class BookingRow(Base):
     stop_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # a short grant on capacity free right now, preempted when a booking needs it
     opportunistic: Mapped[bool | None] = mapped_column(Boolean, default=False)
+    # --- recurring bookings (migration 0003): the series this booking is one occurrence of
+    series_id: Mapped[int | None] = mapped_column(ForeignKey("booking_series.id"), index=True)
+
+
+class BookingSeriesRow(Base):
+    """A daily or weekly series of bookings, created and cancelled together."""
+
+    __tablename__ = "booking_series"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name"))
+    repeat: Mapped[str] = mapped_column(String(16))
+    note: Mapped[str] = mapped_column(Text, default="")
+    created: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_by: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
 
 
 class UsageIntervalRow(Base):

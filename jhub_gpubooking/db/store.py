@@ -62,6 +62,7 @@ class BookingStore:
         group_policies: Mapping[str, Mapping[str, Any]] | None = None,
         slot_minutes: int = 15,
         clock: Clock | None = None,
+        budgets: Any = None,
     ):
         self._session_factory = session_factory
         self.pools = dict(pools)
@@ -69,6 +70,8 @@ class BookingStore:
         self.group_policies = dict(group_policies or {})
         self.slot_minutes = slot_minutes
         self.clock = clock or SystemClock()
+        #: a :class:`~.budgets.BudgetBook` (group budgets, charge mode) or None
+        self.budgets = budgets
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -231,27 +234,35 @@ class BookingStore:
         )
         with self._transaction(write=True) as session:
             self._lock_pool(session, pool)
-            if not is_admin:
-                policy = self.policy_for(groups)
-                others = self._policy_context(session, policy, request, now)
-                booking_policy.check_booking(policy, request, others, now)
-            bookings, windows = self._overlapping(session, pool, start, end)
-            placed = placing.place(pool_spec, bookings, start, end, amount, windows)
-            row = booking_row(request.with_changes(placement=placed), pool_spec, self._stamp())
-            session.add(row)
-            session.flush()
-            self._record(
-                session,
-                row,
-                actor or user,
-                "created",
-                gpus=str(amount),
-                start=format_time(start),
-                end=format_time(end),
-                node=placed.node,
-                gpu_indices=list(placed.gpus),
+            return booking_from_row(
+                self._place(session, request, groups, is_admin, now, actor or user)
             )
-            return booking_from_row(row)
+
+    def _check_rules(self, session: Session, request: Booking, groups: Any, now, check) -> None:
+        """The policy ``check`` (check_booking / check_end_change), then the budget book's."""
+        policy = self.policy_for(groups)
+        others = self._policy_context(session, policy, request, now)
+        if self.budgets is None:
+            return check(policy, request, others, now)
+        check(self.budgets.own_rules(policy), request, others, now)
+        self.budgets.check(session, request, policy, now)
+
+    def _place(self, session: Session, request: Booking, groups: Any, is_admin: bool,
+               now: datetime, actor: str | None) -> BookingRow:
+        """Check policy and budgets, place ``request`` and add its row (pool already locked)."""
+        if not is_admin:
+            self._check_rules(session, request, groups, now, booking_policy.check_booking)
+        pool_spec, start, end = self.pools[request.pool], request.start, request.end
+        bookings, windows = self._overlapping(session, request.pool, start, end)
+        placed = placing.place(pool_spec, bookings, start, end, request.amount, windows)
+        row = booking_row(request.with_changes(placement=placed), pool_spec, self._stamp())
+        session.add(row)
+        session.flush()
+        self._record(
+            session, row, actor, "created", gpus=str(request.amount), start=format_time(start),
+            end=format_time(end), node=placed.node, gpu_indices=list(placed.gpus),
+        )
+        return row
 
     def get(self, booking_id: int) -> Booking:
         with self._transaction() as session:
@@ -356,19 +367,11 @@ class BookingStore:
                 return booking
             changed = booking.with_changes(end=end)
             if not is_admin:
-                policy = self.policy_for(groups)
-                others = self._policy_context(session, policy, changed, now)
-                booking_policy.check_end_change(policy, changed, others, now)
+                self._check_rules(session, changed, groups, now, booking_policy.check_end_change)
             if end > booking.end:
                 self._check_extension(session, booking, end)
-            self._record(
-                session,
-                row,
-                actor,
-                "end_changed",
-                old_end=format_time(row.end),
-                new_end=format_time(end),
-            )
+            self._record(session, row, actor, "end_changed", old_end=format_time(row.end),
+                         new_end=format_time(end))
             row.end = end
             row.updated = self._stamp()
             return booking_from_row(row)

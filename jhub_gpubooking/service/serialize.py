@@ -35,6 +35,7 @@ def booking_json(booking: Booking, pool: Pool | None, now: datetime) -> dict:
         "released_end": format_time(booking.released_end),
         "release_reason": booking.release_reason,
         "opportunistic": booking.opportunistic,
+        "series_id": booking.series_id,
     }
 
 

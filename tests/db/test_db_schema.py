@@ -50,6 +50,7 @@ def test_upgrade_from_empty_reaches_head_and_passes_the_check(db_url):
         "maintenance_windows",
         "feed_tokens",
         "usage_intervals",
+        "booking_series",
     }
 
 

@@ -112,6 +112,7 @@ def test_booking_json_shape_and_utc_times():
         "released_end": None,
         "release_reason": None,
         "opportunistic": False,
+        "series_id": None,
     }
 
 
