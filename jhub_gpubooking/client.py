@@ -75,6 +75,13 @@ class BookingClient:
             "POST", f"api/bookings/{int(booking_id)}/release", {"server": server}
         )
 
+    async def opportunistic_availability(self) -> dict:
+        return await self._request("GET", "api/opportunistic")
+
+    async def grant_opportunistic(self, user: str, pool: str) -> dict:
+        """An opportunistic booking of the service's default amount for ``user`` in ``pool``."""
+        return await self._request("POST", "api/opportunistic", {"user": user, "pool": pool})
+
     async def _request(self, method: str, path: str, body: dict | None = None) -> Any:
         request = HTTPRequest(
             self.api_url + path,

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from datetime import datetime
-from fractions import Fraction
 from typing import Any
 
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
@@ -22,21 +20,26 @@ from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import Callable, Dict, Float, Integer, Unicode, Union, default
 
+from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
+    SERVICE_UNAVAILABLE_MESSAGE,
+    checked_profile,
+    chooser_profiles,
+    claim_order,
+    current_bookings,
+    gpu_label,
+    server_text,
+    share_text,
+)
 from .client import BookingClient, BookingRefused, BookingServiceUnavailable
 from .core.clock import SystemClock
 from .core.model import Booking, Placement, Pool, format_amount
-from .core.timegrid import format_time, parse_time
+from .core.timegrid import parse_time
 from .gpu import PodSettings, booking_pod_settings
 
 try:  # JupyterHub >= 6 has a dedicated exception for refused spawns
     from jupyterhub.spawner import SpawnException
 except ImportError:  # JupyterHub 5.x
     SpawnException = None
-
-SERVICE_UNAVAILABLE_MESSAGE = (
-    "The GPU booking service cannot be reached, so GPU servers cannot start right now; "
-    "CPU profiles still work."
-)
 
 #: Keys of the service's pool JSON that describe the pool itself (the rest is derived).
 _POOL_KEYS = (
@@ -86,115 +89,8 @@ def booking_from_json(data: dict, pool: Pool) -> Booking:
         else None,
         note=data.get("note", ""),
         server=data.get("server"),
+        opportunistic=bool(data.get("opportunistic")),
     )
-
-
-def gpu_label(pool: dict) -> str:
-    """What users call the pool's GPU: its model ("A100") or else the pool's name."""
-    return pool.get("gpu_model") or pool.get("display_name") or pool["name"]
-
-
-def share_text(booking: dict, pool: dict) -> str:
-    """'0.5 × A100' for a booking, from its exact slice count."""
-    amount = Fraction(booking["slices"], pool.get("slices_per_gpu") or 1)
-    return f"{format_amount(amount)} × {gpu_label(pool)}"
-
-
-def server_text(server: str) -> str:
-    return "your default server" if server == "" else f"server '{server}'"
-
-
-def current_bookings(bookings: list[dict], pool_name: str, now: datetime) -> list[dict]:
-    """Bookings of ``pool_name`` that are active at ``now`` (the service is asked, then checked)."""
-    return [
-        booking
-        for booking in bookings
-        if booking.get("pool") == pool_name
-        and booking.get("state", "active") == "active"
-        and parse_time(booking["start"], "start") <= now < parse_time(booking["end"], "end")
-    ]
-
-
-def claim_order(bookings: list[dict], server: str) -> list[dict]:
-    """Try the booking this server already holds, then unused ones, then ones held elsewhere."""
-
-    def preference(booking: dict) -> tuple:
-        holder = booking.get("server")
-        rank = 0 if holder == server else 1 if holder is None else 2
-        return (rank, booking["start"], booking["id"])
-
-    return sorted(bookings, key=preference)
-
-
-def chooser_profiles(
-    profiles: list[dict],
-    *,
-    pools: dict[str, dict] | None,
-    active: list[dict],
-    upcoming: list[dict],
-    booking_page_url: str,
-    now: datetime,
-) -> dict[str, dict]:
-    """Per GPU profile slug, what the chooser shows; ``pools`` None means the service is down.
-
-    CPU profiles get no entry, so the template leaves them exactly as KubeSpawner shows them.
-    """
-    shown = {}
-    for profile in profiles:
-        pool_name = profile.get("gpu_pool")
-        if not pool_name:
-            continue
-        entry = {
-            "pool": pool_name,
-            "label": pool_name,
-            "enabled": False,
-            "booking": None,
-            "upcoming": None,
-            "note": SERVICE_UNAVAILABLE_MESSAGE,
-            "booking_page_url": booking_page_url,
-        }
-        shown[profile["slug"]] = entry
-        if pools is None:
-            continue
-        pool = pools.get(pool_name)
-        if pool is None:
-            entry["note"] = f"The GPU pool '{pool_name}' is not offered by the booking service."
-            continue
-        entry["label"] = gpu_label(pool)
-        booked = current_bookings(active, pool_name, now)
-        if booked:
-            booking = max(booked, key=lambda b: b["end"])
-            entry.update(
-                enabled=True,
-                note="",
-                booking={"share": share_text(booking, pool), "end": booking["end"]},
-            )
-            continue
-        entry["note"] = f"You have no active {entry['label']} booking right now."
-        later = sorted(
-            (b for b in upcoming if b.get("pool") == pool_name and b["start"] > format_time(now)),
-            key=lambda b: b["start"],
-        )
-        if later:
-            entry["upcoming"] = {"share": share_text(later[0], pool), "start": later[0]["start"]}
-    return shown
-
-
-def checked_profile(profiles: list[dict], gpu: dict[str, dict], saved: str | None) -> str | None:
-    """The radio button to pre-select: the saved or default profile, if it can start."""
-
-    def startable(profile: dict) -> bool:
-        return gpu.get(profile["slug"], {"enabled": True})["enabled"]
-
-    for wanted in (
-        [p for p in profiles if p["slug"] == saved],
-        [p for p in profiles if p.get("default")],
-        profiles,
-    ):
-        for profile in wanted:
-            if startable(profile):
-                return profile["slug"]
-    return None
 
 
 class GPUBookingSpawner(KubeSpawner):
@@ -265,6 +161,16 @@ class GPUBookingSpawner(KubeSpawner):
         opportunistic ones. None keeps KubeSpawner's ``priority_class_name``.
         """,
     )
+    opportunistic_priority_class_name = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="""
+        PriorityClass given to pods running on an opportunistic grant (a GPU used without a
+        booking, see ``GPUBookingService.opportunistic_enabled``): a low, preemptible class so
+        the scheduler evicts them first. None keeps ``booked_priority_class_name``.
+        """,
+    )
     gpu_backends = Dict(
         value_trait=Union([Callable(), Unicode()]),
         config=True,
@@ -328,16 +234,17 @@ class GPUBookingSpawner(KubeSpawner):
 
     # ---------------------------------------------------------------- the chooser
 
-    async def _render_booking_chooser(self, spawner: "GPUBookingSpawner") -> str:
+    async def _render_booking_chooser(self, spawner: GPUBookingSpawner) -> str:
         """The options form; JupyterHub calls it with the spawner itself, i.e. ``self``."""
         profiles = await self._initialized_profiles()
         if not profiles:
             return ""
         now = SystemClock().now()
-        pools, active, upcoming = None, [], []
+        pools, active, upcoming, opportunistic = None, [], [], None
         if any(profile.get("gpu_pool") for profile in profiles):
             try:
                 pools, active, upcoming = await self._pools_and_bookings(with_upcoming=True)
+                opportunistic = await self._opportunistic_availability()
             except BookingServiceUnavailable as error:
                 self.log.warning("Chooser for %s without bookings: %s", self._log_name, error)
         gpu = chooser_profiles(
@@ -347,6 +254,7 @@ class GPUBookingSpawner(KubeSpawner):
             upcoming=upcoming,
             booking_page_url=self.booking_page_url,
             now=now,
+            opportunistic=opportunistic,
         )
         saved = (self.user_options or {}).get("profile")
         return self._chooser_template().render(
@@ -355,6 +263,14 @@ class GPUBookingSpawner(KubeSpawner):
             gpu=gpu,
             checked=checked_profile(profiles, gpu, saved),
         )
+
+    async def _opportunistic_availability(self) -> dict | None:
+        # only a hint in the chooser: the grant at start decides
+        try:
+            return await self._booking_client().opportunistic_availability()
+        except (BookingRefused, BookingServiceUnavailable) as error:
+            self.log.warning("Chooser for %s without opportunistic use: %s", self._log_name, error)
+            return None
 
     def _chooser_template(self):
         # Admin templates first (KubeSpawner's convention), then ours, then KubeSpawner's
@@ -444,11 +360,7 @@ class GPUBookingSpawner(KubeSpawner):
             current_bookings(active, pool_name, SystemClock().now()), self.name
         )
         if not candidates:
-            raise booking_refusal(
-                f"You have no active {gpu_label(pool)} booking right now; book one at "
-                f"{self.booking_page_url} and start again.",
-                reason="gpu_not_booked",
-            )
+            candidates = [await self._opportunistic_grant(pool)]
         first_conflict = None
         client = self._booking_client()
         for candidate in candidates:
@@ -479,6 +391,28 @@ class GPUBookingSpawner(KubeSpawner):
             status_code=409,
         )
 
+    async def _opportunistic_grant(self, pool: dict) -> dict:
+        """Without a booking, a grant on GPUs nobody booked (when the service allows it)."""
+        not_booked = (
+            f"You have no active {gpu_label(pool)} booking right now; book one at "
+            f"{self.booking_page_url} and start again."
+        )
+        try:
+            return await self._booking_client().grant_opportunistic(self.user.name, pool["name"])
+        except BookingServiceUnavailable as error:
+            # e.g. a service without opportunistic use: the user simply has no booking
+            self.log.warning("No opportunistic grant for %s: %s", self._log_name, error)
+        except BookingRefused as refused:
+            if refused.status == 409:
+                not_booked = (
+                    f"You have no active {gpu_label(pool)} booking right now and none is free "
+                    f"to use without one; book one at {self.booking_page_url} and start again."
+                )
+            elif refused.status != 403:
+                raise booking_refusal(refused.message, reason="gpu_not_booked")
+            self.log.info("No opportunistic grant for %s: %s", self._log_name, refused)
+        raise booking_refusal(not_booked, reason="gpu_not_booked")
+
     def _reset_booking_traits(self) -> None:
         """Start every load from the configured values of the traits a booking decides.
 
@@ -502,7 +436,7 @@ class GPUBookingSpawner(KubeSpawner):
                 booking,
                 now=SystemClock().now(),
                 grace_seconds=self.deadline_grace_seconds,
-                priority_class_name=self.booked_priority_class_name,
+                priority_class_name=self._priority_class_for(booking),
                 backends=self.gpu_backends,
             )
         except ValueError as misconfigured:
@@ -523,6 +457,11 @@ class GPUBookingSpawner(KubeSpawner):
             pool.name,
             booking.placement.node if booking.placement else "?",
         )
+
+    def _priority_class_for(self, booking: Booking) -> str | None:
+        if booking.opportunistic and self.opportunistic_priority_class_name is not None:
+            return self.opportunistic_priority_class_name
+        return self.booked_priority_class_name
 
     # ---------------------------------------------------------------- lifecycle
 

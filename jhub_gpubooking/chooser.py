@@ -1,0 +1,138 @@
+"""What the server chooser shows for GPU profiles, and which booking a start claims.
+
+Pure functions of the service's JSON (pools, bookings, opportunistic availability) and "now",
+tested by dict equality; :mod:`jhub_gpubooking.spawner` renders and acts on them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from fractions import Fraction
+
+from .core.model import format_amount
+from .core.timegrid import format_time, parse_time
+
+SERVICE_UNAVAILABLE_MESSAGE = (
+    "The GPU booking service cannot be reached, so GPU servers cannot start right now; "
+    "CPU profiles still work."
+)
+
+OPPORTUNISTIC_NOTE = "Available now (opportunistic, may be stopped when a booking needs the GPU)."
+
+
+def gpu_label(pool: dict) -> str:
+    """What users call the pool's GPU: its model ("A100") or else the pool's name."""
+    return pool.get("gpu_model") or pool.get("display_name") or pool["name"]
+
+
+def share_text(booking: dict, pool: dict) -> str:
+    """'0.5 × A100' for a booking, from its exact slice count."""
+    amount = Fraction(booking["slices"], pool.get("slices_per_gpu") or 1)
+    return f"{format_amount(amount)} × {gpu_label(pool)}"
+
+
+def server_text(server: str) -> str:
+    return "your default server" if server == "" else f"server '{server}'"
+
+
+def current_bookings(bookings: list[dict], pool_name: str, now: datetime) -> list[dict]:
+    """Bookings of ``pool_name`` that are active at ``now`` (the service is asked, then checked)."""
+    return [
+        booking
+        for booking in bookings
+        if booking.get("pool") == pool_name
+        and booking.get("state", "active") == "active"
+        and parse_time(booking["start"], "start") <= now < parse_time(booking["end"], "end")
+    ]
+
+
+def claim_order(bookings: list[dict], server: str) -> list[dict]:
+    """Try the booking this server already holds, then unused ones, then ones held elsewhere."""
+
+    def preference(booking: dict) -> tuple:
+        holder = booking.get("server")
+        rank = 0 if holder == server else 1 if holder is None else 2
+        return (rank, booking["start"], booking["id"])
+
+    return sorted(bookings, key=preference)
+
+
+def chooser_profiles(
+    profiles: list[dict],
+    *,
+    pools: dict[str, dict] | None,
+    active: list[dict],
+    upcoming: list[dict],
+    booking_page_url: str,
+    now: datetime,
+    opportunistic: dict | None = None,
+) -> dict[str, dict]:
+    """Per GPU profile slug, what the chooser shows; ``pools`` None means the service is down.
+
+    CPU profiles get no entry, so the template leaves them exactly as KubeSpawner shows them.
+    ``opportunistic`` is the service's ``GET api/opportunistic`` answer: a pool free right now
+    makes its profile startable without a booking.
+    """
+    free_now = {
+        entry["pool"]
+        for entry in (opportunistic or {}).get("pools", [])
+        if (opportunistic or {}).get("enabled") and entry.get("available")
+    }
+    shown = {}
+    for profile in profiles:
+        pool_name = profile.get("gpu_pool")
+        if not pool_name:
+            continue
+        entry = {
+            "pool": pool_name,
+            "label": pool_name,
+            "enabled": False,
+            "booking": None,
+            "upcoming": None,
+            "note": SERVICE_UNAVAILABLE_MESSAGE,
+            "booking_page_url": booking_page_url,
+        }
+        shown[profile["slug"]] = entry
+        if pools is None:
+            continue
+        pool = pools.get(pool_name)
+        if pool is None:
+            entry["note"] = f"The GPU pool '{pool_name}' is not offered by the booking service."
+            continue
+        entry["label"] = gpu_label(pool)
+        booked = current_bookings(active, pool_name, now)
+        if booked:
+            booking = max(booked, key=lambda b: b["end"])
+            entry.update(
+                enabled=True,
+                note="",
+                booking={"share": share_text(booking, pool), "end": booking["end"]},
+            )
+            continue
+        entry["note"] = f"You have no active {entry['label']} booking right now."
+        if pool_name in free_now:
+            entry.update(enabled=True, note=OPPORTUNISTIC_NOTE)
+        later = sorted(
+            (b for b in upcoming if b.get("pool") == pool_name and b["start"] > format_time(now)),
+            key=lambda b: b["start"],
+        )
+        if later:
+            entry["upcoming"] = {"share": share_text(later[0], pool), "start": later[0]["start"]}
+    return shown
+
+
+def checked_profile(profiles: list[dict], gpu: dict[str, dict], saved: str | None) -> str | None:
+    """The radio button to pre-select: the saved or default profile, if it can start."""
+
+    def startable(profile: dict) -> bool:
+        return gpu.get(profile["slug"], {"enabled": True})["enabled"]
+
+    for wanted in (
+        [p for p in profiles if p["slug"] == saved],
+        [p for p in profiles if p.get("default")],
+        profiles,
+    ):
+        for profile in wanted:
+            if startable(profile):
+                return profile["slug"]
+    return None
