@@ -71,6 +71,10 @@ SCREENSHOTS = {
         "chooser.png",
         "The server chooser: GPU profiles are enabled only during one of the user's bookings.",
     ),
+    "jupyterlab_screenshot": (
+        "jupyterlab.png",
+        "JupyterLab running on the booked GPU share, started from the A100 profile.",
+    ),
 }
 
 
