@@ -27,7 +27,9 @@ class FakeHubServers(web.RequestHandler):
 @pytest.fixture
 async def service(tmp_path):
     calls: list = []
-    app = web.Application([(r"/hub/api/users/([^/]+)/servers/([^/]*)", FakeHubServers)], calls=calls)
+    app = web.Application(
+        [(r"/hub/api/users/([^/]+)/servers/([^/]*)", FakeHubServers)], calls=calls
+    )
     sockets = bind_sockets(0, "127.0.0.1")
     server = HTTPServer(app)
     server.add_sockets(sockets)
