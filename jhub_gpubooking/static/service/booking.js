@@ -8,6 +8,7 @@ import {
   floorSlot, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc, plural, snapInput,
   toLocalInput, toUtcIso,
 } from "./common.js";
+import { cancelSeriesButton, loadBudget, seriesBadge, seriesChoice, wireRepeatChoice } from "./planning.js";
 import { renderTimeline } from "./timeline.js";
 
 const page = { pools: [], poolsByName: new Map(), myBookings: [] };
@@ -103,8 +104,16 @@ async function submitBooking(event) {
   const gpus = Number($("gb-amount").value);
   const button = $("gb-book-button");
   button.disabled = true;
+  const request = { pool: pool.name, gpus, start: toUtcIso(start), end: toUtcIso(end), note: $("gb-note").value };
+  const series = seriesChoice();
+  if (series) {
+    await act(box, () => api("POST", "series", { ...request, ...series }),
+      (created) => `Booked ${plural(created.bookings.length, "occurrence")} of series ${created.id}.`);
+    button.disabled = false;
+    return;
+  }
   await act(box,
-    () => api("POST", "bookings", { pool: pool.name, gpus, start: toUtcIso(start), end: toUtcIso(end), note: $("gb-note").value }),
+    () => api("POST", "bookings", request),
     (booking) => `Booked ${formatGpus(booking.gpus, pool.slices_per_gpu)} in ${pool.display_name}, `
       + `${formatSpan(parseUtc(booking.start), parseUtc(booking.end))}.`);
   button.disabled = false;
@@ -130,6 +139,7 @@ function bookingRow(booking, { showUser, cancelLabel, box }) {
       },
     }, cancelLabel));
     if (!showUser) actions.append(...extendControls(booking, box));
+    if (!showUser && booking.series_id != null) actions.append(cancelSeriesButton(booking, box, act));
   }
   const cells = [
     showUser ? el("td", {}, booking.user) : null,
@@ -137,7 +147,7 @@ function bookingRow(booking, { showUser, cancelLabel, box }) {
     el("td", {}, formatGpus(booking.gpus, slices)),
     el("td", {}, el("time", { datetime: booking.start }, formatTime(start))),
     el("td", {}, el("time", { datetime: booking.end }, formatTime(end))),
-    el("td", {}, booking.state, booking.server !== null && booking.server !== undefined
+    el("td", {}, booking.state, seriesBadge(booking), booking.server !== null && booking.server !== undefined
       ? el("div", { class: "small text-body-secondary" }, `in use by server "${booking.server || "default"}"`) : null),
     el("td", { class: "small" }, where),
     el("td", { class: "small" }, booking.note || ""),
@@ -260,11 +270,18 @@ function simpleTable(caption, headings, rows) {
 }
 
 async function loadHolders() {
-  const { holders } = await api("GET", "admin/holders");
+  const { holders, monitoring } = await api("GET", "admin/holders");
+  // utilisation columns only when Prometheus is configured; a failed query shows "unknown"
+  const monitored = monitoring && monitoring !== "off";
+  const utilisation = (h) => h.gpu_utilisation === null ? "unknown" : `${h.gpu_utilisation} %`;
+  const idle = (h) => h.idle === null ? "unknown" : h.idle ? "idle" : "busy";
   $("gb-holders").replaceChildren(holders.length
-    ? simpleTable("GPUs in use now", ["User", "Pool", "GPUs", "Node", "GPU", "Server", "Ends"],
-      holders.map((h) => [h.user, poolName(h.pool), h.gpus, h.node, h.gpu_indices.join(", "),
-        h.server === null ? "not running" : h.server || "default", formatTime(parseUtc(h.end))]))
+    ? simpleTable("GPUs in use now", ["User", "Pool", "GPUs", "Node", "GPU", "Server", "Ends",
+      ...(monitored ? ["GPU use", "Idle?"] : [])],
+      holders.map((h) => [h.user, poolName(h.pool), h.opportunistic ? `${h.gpus} (opportunistic)` : h.gpus,
+        h.node, h.gpu_indices.join(", "),
+        h.server === null ? "not running" : h.server || "default", formatTime(parseUtc(h.end)),
+        ...(monitored ? [utilisation(h), idle(h)] : [])]))
     : el("p", { class: "text-body-secondary" }, "No booking is active right now."));
 }
 
@@ -360,6 +377,7 @@ function renderCollisions(colliding) {
 async function refresh() {
   await loadMyBookings();
   renderMyBookings();
+  await loadBudget();
   await loadTimeline();
   await loadNotices();
   if (config.isAdmin) await Promise.all([loadAdmin(), loadHolders(), loadReport()]);
@@ -388,6 +406,7 @@ async function start() {
   fillBookingForm(page.pools[0].name, firstStart, firstStart + HOUR_MS, 1);
   for (const id of ["gb-start", "gb-end", "gb-mw-start", "gb-mw-end"]) $(id)?.addEventListener("change", snapInput);
   $("gb-booking-form").addEventListener("submit", submitBooking);
+  wireRepeatChoice();
   fillRangeChoices();
   $("gb-mine-show-past").addEventListener("change", renderMyBookings);
   wireFeed();
