@@ -93,6 +93,7 @@ myst_substitutions = {key: screenshot(*value) for key, value in SCREENSHOTS.item
 
 # --- metrics table: generated from the service's own registry -----------------------------
 
+
 def metrics_table() -> str:
     """Markdown table of every metric ServiceMetrics registers, as Prometheus exposes it."""
     metrics = ServiceMetrics()
@@ -112,6 +113,7 @@ myst_substitutions["metrics_table"] = metrics_table()
 
 
 # --- jhub-gpubooking-service's command line: from the Application's aliases and flags ---------
+
 
 def service_options_table() -> str:
     """Markdown table of the service's short command-line options."""
@@ -133,6 +135,7 @@ myst_substitutions["service_options_table"] = service_options_table()
 
 # --- config reference: our own options only -----------------------------------------------
 
+
 def skip_inherited_traits(app, what, name, obj, skip, options):
     """Leave out traits inherited from KubeSpawner / traitlets' Application.
 
@@ -140,10 +143,12 @@ def skip_inherited_traits(app, what, name, obj, skip, options):
     documented by their own projects (linked from the pages), and their docstrings are not
     written for this site.
     """
-    if isinstance(obj, TraitType) and obj.this_class is not None:
-        if not obj.this_class.__module__.startswith("jhub_gpubooking"):
-            return True
-    return None
+    inherited = (
+        isinstance(obj, TraitType)
+        and obj.this_class is not None
+        and not obj.this_class.__module__.startswith("jhub_gpubooking")
+    )
+    return True if inherited else None
 
 
 def setup(app):

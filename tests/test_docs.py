@@ -15,11 +15,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jhub_gpubooking.service.app import GPUBookingService
+from jhub_gpubooking.admission.integration import ClusterIntegration
+from jhub_gpubooking.inventory_sync import flagged_routes
+from jhub_gpubooking.service.app import GPUBookingService, service_routes
+from jhub_gpubooking.service.lifecycle import LifecycleService
 from jhub_gpubooking.service.metrics import ServiceMetrics
 from jhub_gpubooking.spawner import GPUBookingSpawner
 
 DOCS = Path(__file__).parents[1] / "docs"
+#: Pages of this documentation written by hand (the benchmarks page is generated elsewhere).
+HAND_WRITTEN = sorted(
+    path
+    for path in DOCS.rglob("*.md")
+    if path.relative_to(DOCS).parts[0] not in {"_build", "_static"} and path.name != "benchmarks.md"
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +36,21 @@ def built_site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("docs")
     build = subprocess.run(
         [
-            sys.executable, "-m", "sphinx", "-W", "--keep-going", "-E", "-q",
-            "-b", "html", "-d", str(out / "doctrees"), str(DOCS), str(out / "html"),
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-E",
+            "-q",
+            "-b",
+            "html",
+            "-d",
+            str(out / "doctrees"),
+            str(DOCS),
+            str(out / "html"),
         ],
+        check=False,  # the assertion below shows Sphinx's own errors
         capture_output=True,
         text=True,
         timeout=280,
@@ -45,8 +66,30 @@ def page_text(path: Path) -> str:
 
 
 def own_config_traits(cls) -> set[str]:
-    """Configurable traits defined by the package's class itself (not inherited)."""
-    return {name for name, trait in cls.class_traits(config=True).items() if trait.this_class is cls}
+    """Configurable traits defined by the package (the class and its mixins), not inherited
+    from KubeSpawner or traitlets."""
+    return {
+        name
+        for name, trait in cls.class_traits(config=True).items()
+        if trait.this_class.__module__.startswith("jhub_gpubooking")
+    }
+
+
+def mixin_traits(mixin) -> set[str]:
+    return {
+        name for name, trait in mixin.class_traits(config=True).items() if trait.this_class is mixin
+    }
+
+
+def app_route_templates() -> list[str]:
+    """Every route the service serves, relative to its prefix."""
+    flagged = [template for template, _, _ in flagged_routes(flags=None)]
+    return [template for template, _ in service_routes()] + flagged
+
+
+def normalise_route(route: str) -> str:
+    """``api/bookings/{id}/claim`` and ``api/bookings/{booking_id}/claim`` are one route."""
+    return re.sub(r"\{[^}]*\}", "{}", route.strip("/"))
 
 
 @pytest.mark.docs
@@ -64,7 +107,73 @@ def test_service_reference_lists_every_own_option(built_site):
     page = (built_site / "reference" / "service-config.html").read_text()
     options = own_config_traits(GPUBookingService)
     assert {"db_url", "pools", "default_policy", "group_policies", "spawner_services"} <= options
+    # the lifecycle and cluster-integration mixins' options are the service's options too
+    assert {
+        "end_grace_seconds",
+        "no_show_minutes",
+        "webhook_port",
+        "inventory_from_nodes",
+    } <= options
     assert [name for name in sorted(options) if f"GPUBookingService.{name}" not in page] == []
+
+
+@pytest.mark.docs
+def test_how_to_pages_explain_every_lifecycle_and_cluster_option(built_site):
+    lifecycle = page_text(built_site / "howto" / "lifecycle.html")
+    assert [name for name in sorted(mixin_traits(LifecycleService)) if name not in lifecycle] == []
+    cluster = page_text(built_site / "howto" / "admission-webhook.html") + page_text(
+        built_site / "howto" / "discover-pools.html"
+    )
+    assert [name for name in sorted(mixin_traits(ClusterIntegration)) if name not in cluster] == []
+
+
+def test_every_option_the_pages_name_exists():
+    classes = {"GPUBookingService": GPUBookingService, "GPUBookingSpawner": GPUBookingSpawner}
+    named = {
+        (page.name, cls, name)
+        for page in HAND_WRITTEN
+        for cls, name in re.findall(
+            r"\b(GPUBookingService|GPUBookingSpawner)\.(\w+)", page.read_text()
+        )
+    }
+    assert len(named) > 20
+    unknown = [
+        (page, cls, name)
+        for page, cls, name in sorted(named)
+        if name not in classes[cls].class_traits(config=True)
+        and not callable(getattr(classes[cls], name, None))
+    ]
+    assert unknown == []
+
+
+def test_every_route_the_pages_name_is_served():
+    served = {normalise_route(template) for template in app_route_templates()}
+    named = {
+        (page.name, route.rstrip(".,"))
+        for page in HAND_WRITTEN
+        for route in re.findall(r"\bapi/[\w/{}.-]*\w\}?", page.read_text())
+    }
+    assert {"api/admin/report", "api/admin/holders", "api/flagged"} <= {r for _, r in named}
+    assert [
+        (page, route) for page, route in sorted(named) if normalise_route(route) not in served
+    ] == []
+
+
+def test_every_metric_the_pages_name_is_exposed():
+    # names as Prometheus exposes them (a labelled counter has no sample before its first use)
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+    exposed = {
+        metric.name + suffix
+        for metric in ServiceMetrics().registry.collect()
+        for suffix in suffixes.get(metric.type, [""])
+    }
+    named = {
+        name
+        for page in HAND_WRITTEN
+        for name in re.findall(r"`(gpubooking_\w+)`", page.read_text())
+    }
+    assert "gpubooking_releases_total" in named
+    assert sorted(named - exposed) == []
 
 
 @pytest.mark.docs
@@ -72,6 +181,9 @@ def test_rest_api_page_comes_from_the_openapi_file(built_site):
     spec = yaml.safe_load((DOCS.parent / "jhub_gpubooking/service/openapi.yaml").read_text())
     page = (built_site / "reference" / "rest-api.html").read_text()
     assert [path for path in spec["paths"] if path not in page] == []
+    # every route the service serves is on the page (from the spec, or described by hand)
+    text = page_text(built_site / "reference" / "rest-api.html")
+    assert [route for route in app_route_templates() if route not in text] == []
 
 
 @pytest.mark.docs
@@ -82,6 +194,14 @@ def test_cli_and_metrics_pages_come_from_the_code(built_site):
     metrics = (built_site / "reference" / "metrics.html").read_text()
     names = [metric.name for metric in ServiceMetrics().registry.collect()]
     assert names and [name for name in names if name not in metrics] == []
+
+
+@pytest.mark.docs
+def test_tutorial_shows_every_screenshot(built_site):
+    tutorial = (built_site / "tutorial" / "demo.html").read_text()
+    shots = sorted(path.name for path in (DOCS / "_static" / "screenshots").glob("*.png"))
+    assert {"reservation-page.png", "chooser.png", "jupyterlab.png"} <= set(shots)
+    assert [name for name in shots if f'src="../_images/{name}"' not in tutorial] == []
 
 
 @pytest.mark.docs
