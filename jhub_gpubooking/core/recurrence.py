@@ -7,6 +7,7 @@ that UTC time across daylight-saving changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from datetime import datetime, timedelta
 
 from dateutil.rrule import DAILY, WEEKLY, rrule
@@ -52,15 +53,14 @@ def occurrences(
         raise InvalidRequest("'count' must be a whole number of occurrences, at least 1.")
     if until is not None and as_utc(until) < start:
         raise InvalidRequest("'until' must not be before the first occurrence's start.")
-    wanted = count if count is not None else max_occurrences + 1
     # rrule works on naive times; the series is in UTC, so strip and re-attach the zone
-    rule = rrule(
-        frequency,
-        dtstart=start.replace(tzinfo=None),
-        count=min(wanted, max_occurrences + 1),
-        until=as_utc(until).replace(tzinfo=None) if until is not None else None,
-    )
-    starts = [moment.replace(tzinfo=start.tzinfo) for moment in rule]
+    if count is not None:
+        rule = rrule(frequency, dtstart=start.replace(tzinfo=None), count=count)
+    else:
+        rule = rrule(frequency, dtstart=start.replace(tzinfo=None),
+                     until=as_utc(until).replace(tzinfo=None))
+    # one more than allowed is enough to refuse, however far away 'until' is
+    starts = [m.replace(tzinfo=start.tzinfo) for m in islice(rule, max_occurrences + 1)]
     if len(starts) > max_occurrences or (count is not None and count > max_occurrences):
         raise InvalidRequest(
             f"A series can have at most {max_occurrences} occurrences; shorten it with "
