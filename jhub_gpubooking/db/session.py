@@ -8,6 +8,7 @@ on PostgreSQL/MySQL with ``SELECT ... FOR UPDATE`` on the pool row, on SQLite wi
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from alembic import command
@@ -61,6 +62,12 @@ def make_engine(url: str) -> Engine:
 
 
 def _configure_sqlite(engine: Engine, in_memory: bool) -> None:
+    # Writers of one process queue on this lock, held from BEGIN IMMEDIATE until the connection
+    # is back in the pool. Without it they meet inside SQLite, whose busy handler polls with
+    # sleeps of up to 100 ms: under concurrent requests most of a write's latency was that sleep.
+    # Other processes (the CLI) still wait through the busy timeout.
+    write_lock = threading.Lock()
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, connection_record):
         # let SQLAlchemy, not pysqlite, decide when transactions begin (see "begin" below)
@@ -78,9 +85,32 @@ def _configure_sqlite(engine: Engine, in_memory: bool) -> None:
         # IMMEDIATE takes the write lock up front, so two bookings never read the same
         # free capacity; a deferred transaction could only fail late with SQLITE_BUSY
         if connection.get_execution_options().get(WRITE_TRANSACTION_OPTION):
+            if not in_memory:
+                _hold_write_lock(write_lock, connection.connection.record_info)
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         else:
             connection.exec_driver_sql("BEGIN")
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_connection, connection_record):
+        # also reached when the transaction failed or the connection was invalidated
+        if connection_record.record_info.pop(_HOLDS_WRITE_LOCK, False):
+            write_lock.release()
+
+
+#: Marks the pooled connection that holds the process's SQLite write lock.
+_HOLDS_WRITE_LOCK = "gpubooking_holds_write_lock"
+
+
+def _hold_write_lock(write_lock: threading.Lock, record_info: dict) -> None:
+    if record_info.get(_HOLDS_WRITE_LOCK):
+        return  # this connection has it already (a second write before going back to the pool)
+    if not write_lock.acquire(timeout=SQLITE_BUSY_TIMEOUT_SECONDS):
+        raise TimeoutError(
+            f"Another booking change held the database for {SQLITE_BUSY_TIMEOUT_SECONDS} s; "
+            "try again."
+        )
+    record_info[_HOLDS_WRITE_LOCK] = True
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
