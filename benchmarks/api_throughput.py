@@ -14,13 +14,16 @@ on the service. Client ``i`` books a quarter A100 for the ``i``-th hour from tom
 request is refused for capacity; every create still takes the pool lock. Reported per operation:
 requests/s (completed requests / wall time of its phases), p50 and p99 latency, failures, and
 create's throughput relative to the Hub's call (target >= 1.0x, p99 <= 50 ms). The clients run
-on the same 2 cores as the Hub, the proxy and the service.
+on the same 2 cores as the Hub, the proxy and the service, so each phase also records the CPU
+time every process used (the clients, the Hub, the proxy, the service, the simulated cluster):
+per request, it shows which process the cores are spent in.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import secrets
 import tempfile
 import time
@@ -30,7 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import httpx
+import aiohttp
+import psutil
 from jupyterhub.utils import url_path_join
 
 from demo.launch import Demo, free_port
@@ -56,85 +60,127 @@ OPERATIONS = ("hub GET api/user", "booking create", "booking list", "booking can
 TARGET_RATIO, TARGET_P99_MS = 1.0, 50.0
 
 
+#: The processes whose CPU time is recorded, as named in the tables.
+PROCESSES = ("clients", "hub", "proxy", "service", "cluster")
+
+
+class CpuMeter:
+    """CPU seconds (user + system) used so far by each process of the demo and by the clients."""
+
+    def __init__(self, demo: Demo):
+        hub = psutil.Process(demo.hub.pid)
+        self.processes = {"clients": psutil.Process(), "hub": hub,
+                          "cluster": psutil.Process(demo.cluster.pid)}
+        for child in hub.children():
+            command = " ".join(child.cmdline())
+            if "configurable-http-proxy" in command:
+                self.processes["proxy"] = child
+            elif "jhub_gpubooking.service" in command:
+                self.processes["service"] = child
+        missing = set(PROCESSES) - set(self.processes)
+        if missing:
+            raise RuntimeError(f"demo processes not found: {', '.join(sorted(missing))}")
+
+    def seconds(self) -> dict[str, float]:
+        used = {}
+        for name, process in self.processes.items():
+            times = process.cpu_times()
+            used[name] = times.user + times.system
+        return used
+
+
 @dataclass
 class Phase:
-    """Latencies (ms), wall time and failures of one operation over all rounds."""
+    """Latencies (ms), wall time, failures and CPU time of one operation over all rounds."""
 
     latencies_ms: list[float] = field(default_factory=list)
     wall_seconds: float = 0.0
     failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    cpu_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
-async def timed(phase: Phase, request, expected: int) -> httpx.Response | None:
+async def timed(phase: Phase, session: aiohttp.ClientSession, method: str, url: str,
+                expected: int, **request) -> dict | None:
+    """One request; its latency counts whatever the answer; returns the JSON if as expected."""
     began = time.perf_counter()
     try:
-        response = await request
-    except httpx.HTTPError as error:
+        async with session.request(method, url, **request) as response:
+            body = await response.read()
+    except aiohttp.ClientError as error:
         phase.failures[type(error).__name__] += 1
         return None
     phase.latencies_ms.append((time.perf_counter() - began) * 1000)
-    if response.status_code != expected:
-        phase.failures[f"HTTP {response.status_code}"] += 1
+    if response.status != expected:
+        phase.failures[f"HTTP {response.status}"] += 1
         return None
-    return response
+    return json.loads(body)
 
 
-async def run_phase(phase: Phase, requests) -> list[httpx.Response | None]:
-    began = time.perf_counter()
+async def run_phase(phase: Phase, cpu: CpuMeter, requests) -> list[dict | None]:
+    cpu_before, began = cpu.seconds(), time.perf_counter()
     results = await asyncio.gather(*requests)
     phase.wall_seconds += time.perf_counter() - began
+    for name, seconds in cpu.seconds().items():
+        phase.cpu_seconds[name] += seconds - cpu_before[name]
     return results
 
 
-async def user_tokens(client: httpx.AsyncClient, hub_api: str, admin_token: str,
+async def user_tokens(session: aiohttp.ClientSession, hub_api: str, admin_token: str,
                       clients: int) -> list[str]:
     """Create the benchmark users and one API token each, through the Hub's REST API."""
     names = [f"bench-{n:03d}" for n in range(clients)]
     headers = {"Authorization": f"token {admin_token}"}
-    response = await client.post(url_path_join(hub_api, "users"), json={"usernames": names},
-                                 headers=headers)
-    response.raise_for_status()
+    async with session.post(url_path_join(hub_api, "users"), json={"usernames": names},
+                            headers=headers, raise_for_status=True):
+        pass
     tokens = []
     for name in names:
-        response = await client.post(url_path_join(hub_api, "users", name, "tokens"),
-                                     json={"note": "api_throughput"}, headers=headers)
-        response.raise_for_status()
-        tokens.append(response.json()["token"])
+        async with session.post(url_path_join(hub_api, "users", name, "tokens"),
+                                json={"note": "api_throughput"}, headers=headers,
+                                raise_for_status=True) as response:
+            tokens.append((await response.json())["token"])
     return tokens
 
 
-async def measure(hub_url: str, admin_token: str, clients: int, rounds: int) -> dict[str, Phase]:
+async def measure(demo: Demo, clients: int, rounds: int) -> dict[str, Phase]:
+    hub_url, admin_token, cpu = demo.hub_url, demo.admin_token, CpuMeter(demo)
     hub_api = url_path_join(hub_url, HUB_PREFIX, "api")
     bookings_url = url_path_join(hub_url, SERVICE_PREFIX, "api", "bookings")
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     phases = {name: Phase() for name in OPERATIONS}
     tomorrow = ceil_to_grid(datetime.now(timezone.utc), 60) + timedelta(days=1)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-        tokens = await user_tokens(client, hub_api, admin_token, clients)
+    # aiohttp (a JupyterHub dependency) spends a fraction of httpx's CPU per request, and the
+    # clients share the 2 cores with the servers they measure
+    connector = aiohttp.TCPConnector(limit=clients)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tokens = await user_tokens(session, hub_api, admin_token, clients)
         auth = [{"Authorization": f"token {token}"} for token in tokens]
         for _ in range(rounds):
-            await run_phase(phases["hub GET api/user"], [
-                timed(phases["hub GET api/user"], client.get(url_path_join(hub_api, "user"),
-                                                             headers=h), 200)
+            phase = phases["hub GET api/user"]
+            await run_phase(phase, cpu, [
+                timed(phase, session, "GET", url_path_join(hub_api, "user"), 200, headers=h)
                 for h in auth
             ])
-            created = await run_phase(phases["booking create"], [
-                timed(phases["booking create"], client.post(bookings_url, headers=h, json={
+            phase = phases["booking create"]
+            created = await run_phase(phase, cpu, [
+                timed(phase, session, "POST", bookings_url, 201, headers=h, json={
                     "pool": POOL, "gpus": "1/4",
                     "start": format_time(tomorrow + timedelta(hours=i)),
                     "end": format_time(tomorrow + timedelta(hours=i + 1)),
-                }), 201)
+                })
                 for i, h in enumerate(auth)
             ])
-            await run_phase(phases["booking list"], [
-                timed(phases["booking list"], client.get(
-                    bookings_url, params={"state": "upcoming"}, headers=h), 200)
+            phase = phases["booking list"]
+            await run_phase(phase, cpu, [
+                timed(phase, session, "GET", bookings_url, 200, headers=h,
+                      params={"state": "upcoming"})
                 for h in auth
             ])
-            await run_phase(phases["booking cancel"], [
-                timed(phases["booking cancel"], client.delete(
-                    url_path_join(bookings_url, str(response.json()["id"])), headers=h), 200)
-                for response, h in zip(created, auth) if response is not None
+            phase = phases["booking cancel"]
+            await run_phase(phase, cpu, [
+                timed(phase, session, "DELETE", url_path_join(bookings_url, str(booking["id"])),
+                      200, headers=h)
+                for booking, h in zip(created, auth) if booking is not None
             ])
     return phases
 
@@ -149,7 +195,7 @@ def run_backend(backend: str, db_url: str, clients: int, rounds: int, log_dir: P
                     extra_env={**ports, "BENCH_BOOKING_DB_URL": db_url},
                     log_dir=log_dir / backend)
         with demo:
-            phases = asyncio.run(measure(demo.hub_url, admin_token, clients, rounds))
+            phases = asyncio.run(measure(demo, clients, rounds))
     result = {"backend": backend, "clients": clients, "rounds": rounds, "operations": {}}
     for name, phase in phases.items():
         samples = phase.latencies_ms or [float("nan")]
@@ -158,6 +204,9 @@ def run_backend(backend: str, db_url: str, clients: int, rounds: int, log_dir: P
             "requests_per_second": len(phase.latencies_ms) / phase.wall_seconds,
             "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
             "failures": dict(phase.failures),
+            "cpu_ms_per_request": {name: phase.cpu_seconds[name] * 1000 / len(samples)
+                                   for name in PROCESSES},
+            "cores_busy": sum(phase.cpu_seconds.values()) / phase.wall_seconds,
         }
     operations = result["operations"]
     result["create_vs_hub"] = (operations["booking create"]["requests_per_second"]
@@ -197,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         ["backend", "operation", "requests", "req/s", "p50 ms", "p99 ms", "failures"],
         [[r["backend"], name, op["requests"], op["requests_per_second"], op["p50_ms"],
           op["p99_ms"], ", ".join(f"{k}: {v}" for k, v in op["failures"].items()) or "0"]
+         for r in results for name, op in r["operations"].items()],
+    ))
+    print()
+    print(markdown_table(
+        ["backend", "operation", *(f"{name} CPU ms/req" for name in PROCESSES), "cores busy"],
+        [[r["backend"], name, *(op["cpu_ms_per_request"][p] for p in PROCESSES), op["cores_busy"]]
          for r in results for name, op in r["operations"].items()],
     ))
     print()

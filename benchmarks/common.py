@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 #: Packages whose versions decide the numbers, named in every machine description.
 MEASURED_PACKAGES = (
-    "jupyterhub", "jupyterhub-kubespawner", "SQLAlchemy", "tornado", "psycopg", "httpx",
+    "jupyterhub", "jupyterhub-kubespawner", "SQLAlchemy", "tornado", "psycopg", "httpx", "aiohttp",
 )
 
 #: The PostgreSQL server the benchmarks create throw-away databases on (trust auth).
