@@ -12,6 +12,7 @@ import threading
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.exc import DBAPIError
 
 from jhub_gpubooking.db.session import begin_write, make_engine, make_session_factory
 
@@ -37,7 +38,7 @@ def write_in_thread(sessions, writer: str, errors: dict) -> threading.Thread:
             with sessions.begin() as session:
                 begin_write(session)
                 session.execute(text("INSERT INTO writes VALUES (:w)"), {"w": writer})
-        except Exception as error:  # reported by the test, not lost in the thread
+        except (DBAPIError, TimeoutError) as error:  # reported by the test, not lost in the thread
             errors[writer] = error
 
     thread = threading.Thread(target=write)
