@@ -208,7 +208,7 @@ class FlaggedHandler(APIHandler):
             _flag_json(flags[b.id], self.booking_model(b))
             for b in bookings if b.id in flags and b.status == "booked"
         ]
-        self.write_json(models)
+        self.write_json({"flagged": models})
 
 
 def flagged_routes(flags: BookingFlags) -> list[tuple[str, type, dict]]:

@@ -203,6 +203,8 @@ MATRIX = [
     ("GET", "api/users/ada/bookings.ics", None, (403, 403, 200, 200, 403)),
     ("POST", "api/users/ada/feed-token", None, (403, 403, 200, 200, 403)),
     ("GET", "api/maintenance", None, (403, 200, 200, 200, 200)),
+    ("GET", "api/flagged", None, (403, 200, 200, 200, 403)),
+    ("GET", "api/admin/flagged", None, (403, 403, 403, 200, 403)),
     ("POST", "api/maintenance", {}, (403, 403, 403, 400, 403)),
     ("DELETE", "api/maintenance/999999", None, (403, 403, 403, 404, 403)),
     ("GET", "metrics", None, (403, 403, 403, 200, 200)),
@@ -327,3 +329,9 @@ def test_metrics_count_bookings_and_requests(hub):
         'gpubooking_request_duration_seconds_bucket{le="0.005",method="POST",route="api/bookings",status="201"}'
         in text
     )
+
+
+def test_flagged_bookings_answer_an_object_even_when_empty(hub):
+    """Without cluster inventory nothing is ever flagged; the routes still answer the documented shape."""
+    assert client(hub, OWNER).get("api/flagged").json() == {"flagged": []}
+    assert client(hub, ADMIN).get("api/admin/flagged").json() == {"flagged": []}
