@@ -15,11 +15,15 @@ from typing import Any
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httpserver import HTTPServer
+from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, HasTraits, Integer, List, Unicode, default
 
 from ..core.model import Pool
 from .review import AdmissionSettings
 from .server import hub_group_members, start_webhook_server, webhook_app
+
+#: How often the webhook's certificate files are checked for a cert-manager renewal.
+CERTIFICATE_CHECK_SECONDS = 60
 
 
 class ClusterIntegration(HasTraits):
@@ -142,14 +146,21 @@ class ClusterIntegration(HasTraits):
                 admission_settings=self.admission_settings,
                 group_members=hub_group_members(self.hub_api_url, self.api_token),
             )
-            self.webhook_server, port = start_webhook_server(
+            self.webhook_server, port, certificate = start_webhook_server(
                 app, self.webhook_port, self.webhook_address, self.webhook_certfile,
                 self.webhook_keyfile,
             )
+            if certificate is not None:
+                self._certificate_check = PeriodicCallback(
+                    certificate.reload_if_changed, CERTIFICATE_CHECK_SECONDS * 1000
+                )
+                self._certificate_check.start()
             self.log.info("Admission webhook listening on %s:%s (%s)", self.webhook_address, port,
                           "TLS" if self.webhook_certfile else "plain HTTP, for tests only")
 
     def stop_cluster_integration(self) -> None:
+        if getattr(self, "_certificate_check", None) is not None:
+            self._certificate_check.stop()
         if self.webhook_server is not None:
             self.webhook_server.stop()
         if self.node_watcher is not None:

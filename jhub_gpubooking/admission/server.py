@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import ssl
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -134,11 +135,46 @@ def tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
     return context
 
 
-def start_webhook_server(app: web.Application, port: int, address: str,
-                         certfile: str, keyfile: str) -> tuple[HTTPServer, int]:
-    """Listen (TLS when a certificate is given) and return the server and the bound port."""
-    ssl_options = tls_context(certfile, keyfile) if certfile else None
-    server = HTTPServer(app, ssl_options=ssl_options)
+class ReloadingCertificate:
+    """The webhook's TLS context, reloaded when cert-manager renews the certificate.
+
+    cert-manager rewrites the Secret's files in place (and a self-signed issuer changes the CA it
+    injects into the webhook configurations), so a server that kept the first certificate would
+    be refused by the API server after a renewal. Loading the new pair into the same context
+    serves every new handshake with it; connections already open keep theirs.
+    """
+
+    def __init__(self, certfile: str, keyfile: str):
+        self.certfile, self.keyfile = certfile, keyfile
+        self.context = tls_context(certfile, keyfile)
+        self._stamp = self._files_stamp()
+
+    def _files_stamp(self) -> tuple[int, ...]:
+        # Secret volumes swap a symlink; stat follows it to the new files
+        return tuple(os.stat(path).st_mtime_ns for path in (self.certfile, self.keyfile))
+
+    def reload_if_changed(self) -> bool:
+        try:
+            stamp = self._files_stamp()
+            if stamp == self._stamp:
+                return False
+            self.context.load_cert_chain(self.certfile, self.keyfile)
+        except (OSError, ssl.SSLError) as error:
+            # caught between the two files being replaced: the next check takes the full pair
+            log.warning("Webhook certificate not reloaded yet: %s", error)
+            return False
+        self._stamp = stamp
+        log.info("Webhook certificate reloaded from %s", self.certfile)
+        return True
+
+
+def start_webhook_server(
+    app: web.Application, port: int, address: str, certfile: str, keyfile: str
+) -> tuple[HTTPServer, int, ReloadingCertificate | None]:
+    """Listen (TLS when a certificate is given); return the server, the bound port and the
+    certificate to re-check periodically (None for plain HTTP, used only in tests)."""
+    certificate = ReloadingCertificate(certfile, keyfile) if certfile else None
+    server = HTTPServer(app, ssl_options=certificate.context if certificate else None)
     sockets = bind_sockets(port, address)
     server.add_sockets(sockets)
-    return server, sockets[0].getsockname()[1]
+    return server, sockets[0].getsockname()[1], certificate

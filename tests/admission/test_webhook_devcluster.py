@@ -59,7 +59,7 @@ async def webhook(store, trusted_ca):
     executor = ThreadPoolExecutor(1)
     app = webhook_app(store=store, executor=executor, clock=store.clock,
                       admission_settings=lambda: settings, group_members=no_groups)
-    server, port = start_webhook_server(app, 0, "127.0.0.1", str(cert), str(key))
+    server, port, _certificate = start_webhook_server(app, 0, "127.0.0.1", str(cert), str(key))
     yield f"https://127.0.0.1:{port}"
     server.stop()
     await server.close_all_connections()
