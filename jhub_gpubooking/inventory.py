@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 from .core.model import Booking, BookingState, Pool
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -41,6 +39,8 @@ class NodeGpus:
 
 
 def _int(value: Any) -> int | None:
+    from kubernetes.utils.quantity import parse_quantity  # slow to import; only needed here
+
     try:
         return int(parse_quantity(value))
     except (TypeError, ValueError):

@@ -16,11 +16,8 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes import watch
-from kubernetes.client import CoreV1Api
-from kubernetes.client.exceptions import ApiException
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
@@ -31,6 +28,9 @@ from .core.timegrid import format_time
 from .db.models import BookingEventRow
 from .inventory import pools_from_nodes, unplaceable_bookings
 from .service.api import APIHandler
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class ClusterInventory:
 class NodeWatcher:
     """List, then watch nodes in a thread; relist when the watch expires (410) or fails."""
 
-    def __init__(self, api: CoreV1Api, on_nodes: Callable[[list[dict]], Any],
+    def __init__(self, api: "CoreV1Api", on_nodes: Callable[[list[dict]], Any],
                  label_selector: str = "", watch_seconds: int = 300, retry_seconds: float = 5.0):
         self.api = api
         self.on_nodes = on_nodes
@@ -143,6 +143,9 @@ class NodeWatcher:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        # the kubernetes package takes seconds to import: only a service that watches nodes pays
+        from kubernetes.client.exceptions import ApiException
+
         while not self._stopping.is_set():
             try:
                 self._list_and_watch()
@@ -155,6 +158,9 @@ class NodeWatcher:
                 self._stopping.wait(self.retry_seconds)
 
     def _list_and_watch(self) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
         reply = self.api.list_node(label_selector=self.label_selector, _preload_content=False)
         listing = json.loads(reply.data)
         nodes = {n["metadata"]["name"]: n for n in listing.get("items") or []}

@@ -302,3 +302,16 @@ def test_pool_json_carries_what_the_spawner_needs_to_build_the_pod():
         "node_selector": {"pool": "mig"},
         "resource_name": "nvidia.com/mig-1g.10gb",
     }
+
+
+def test_starting_the_service_does_not_import_the_kubernetes_client():
+    """The kubernetes package takes seconds to import; the Hub waits only ~10 s for a managed
+    service to answer, so only a service that watches nodes may pay for it."""
+    code = (
+        "import sys, jhub_gpubooking.service.app, jhub_gpubooking.inventory_sync; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert loaded == "[]"
