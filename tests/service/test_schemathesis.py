@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import schemathesis
+import yaml
 from hypothesis import HealthCheck, given, settings
 
 from jhub_gpubooking.service import app as service_app
@@ -21,6 +22,12 @@ MAX_EXAMPLES = 15
 OPENAPI_PATH = Path(service_app.__file__).with_name("openapi.yaml")
 
 
+def documented_operations() -> list[tuple[str, str]]:
+    paths = yaml.safe_load(OPENAPI_PATH.read_text())["paths"]
+    methods = {"get", "post", "put", "patch", "delete"}
+    return [(path, method) for path, item in paths.items() for method in item if method in methods]
+
+
 def test_no_operation_answers_with_a_server_error(booking_hub):
     schema = schemathesis.openapi.from_path(OPENAPI_PATH)
     headers = {"Authorization": f"token {booking_hub.user_token('admin')}"}
@@ -28,7 +35,7 @@ def test_no_operation_answers_with_a_server_error(booking_hub):
     base_url = booking_hub.service_url.rstrip("/")
     server_errors: list[str] = []
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 27
+    assert len(operations) == len(documented_operations())  # every one parsed, none skipped
 
     for operation in operations:
 
