@@ -49,7 +49,8 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def start_demo(state_dir: Path) -> "launch.Demo":
+def start_demo(state_dir: Path, profile: str = "default") -> "launch.Demo":
+    """The demo on free ports; ``profile="lifecycle"`` runs the lifecycle rules on a fast clock."""
     hub, k8s, hub_internal, proxy_api, service = free_ports(5)
     demo = launch.Demo(
         state_dir=state_dir,
@@ -60,6 +61,7 @@ def start_demo(state_dir: Path) -> "launch.Demo":
         log_dir=OUTPUT / "e2e-logs" / state_dir.name,
         extra_env={
             "E2E_DEMO_DIR": str(REPO / "demo"),
+            "E2E_PROFILE": profile,
             "DEMO_HUB_PORT": str(hub_internal),
             "DEMO_PROXY_API_PORT": str(proxy_api),
             "DEMO_SERVICE_PORT": str(service),

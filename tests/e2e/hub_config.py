@@ -15,3 +15,10 @@ command = list(service["command"])
 command[command.index("--config") + 1] = os.path.join(os.path.dirname(__file__), "gpubooking_config.py")
 service["command"] = command
 service["environment"] = {**service.get("environment", {}), "E2E_DEMO_DIR": os.environ["E2E_DEMO_DIR"]}
+
+if os.environ.get("E2E_PROFILE") == "lifecycle":
+    # the pod deadline lies far past the booking's end, so only the service can stop a server
+    # at the end; opportunistic pods get a recognisable low priority class
+    c.GPUBookingSpawner.deadline_grace_seconds = 600
+    c.GPUBookingSpawner.opportunistic_priority_class_name = "gpu-opportunistic"
+    service["environment"]["E2E_PROFILE"] = "lifecycle"
