@@ -415,6 +415,11 @@ class GPUBookingService(
         except StaleSchema as error:
             self.log.critical("%s", error)
             self.exit(2)
+        except ValueError as error:
+            # pools, policies and inventory templates validate themselves with one sentence;
+            # the admin needs that sentence, not a traceback
+            self.log.critical("Configuration error: %s", error)
+            self.exit(2)
         try:
             asyncio.run(self.serve())
         except KeyboardInterrupt:

@@ -242,6 +242,22 @@ def test_service_refuses_a_database_without_schema(tmp_path):
     assert "jhub-gpubooking db upgrade" in result.stderr
 
 
+def test_a_bad_configuration_stops_the_service_with_one_clear_line(tmp_path):
+    config = tmp_path / "config.py"
+    config.write_text(
+        "c.GPUBookingService.pools = [{'name': 'a100', 'nodes': {'n1': 4}, 'slices_per_gpu': 0}]\n"
+    )
+    result = run_service(
+        tmp_path, "--config", str(config), "--upgrade-db",
+        "--db-url", f"sqlite:///{tmp_path / 'db.sqlite'}", "--url", "http://127.0.0.1:1/",
+    )
+    assert result.returncode == 2
+    assert "Configuration error: Pool a100: slices_per_gpu must be an integer from 1 to 64." in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_generate_config_writes_a_loadable_commented_file(tmp_path):
     result = run_service(tmp_path, "--generate-config", "--config", str(tmp_path / "config.py"))
     assert result.returncode == 0, result.stderr
