@@ -77,6 +77,11 @@ def test_values_validate_against_the_chart_and_configure_the_service(tmp_path, m
     values = merged(merged(yaml.safe_load((Z2JH / "values.yaml").read_text()), base), extra)
     schema = yaml.safe_load((Z2JH / "values.schema.yaml").read_text())
     assert not list(Draft7Validator(schema).iter_errors(values))
+    # group owners need the group's members; the base scopes survive the list replacement
+    scopes = values["hub"]["loadRoles"]["gpu-booking-service"]["scopes"]
+    assert set(scopes) == {
+        "list:users", "read:users:groups", "read:servers", "delete:servers", "read:groups"
+    }
 
     mount = Path(values["hub"]["extraVolumeMounts"][-1]["mountPath"])
     files = values["hub"]["extraFiles"]
