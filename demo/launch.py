@@ -60,17 +60,40 @@ def _die_with_parent() -> None:
         pass
 
 
+def stop_orphaned_proxy(pid_file: Path) -> None:
+    """JupyterHub runs configurable-http-proxy in its own session and stops it on a clean exit;
+    a Hub that died (e.g. during start-up) leaves it running, found through its pid file."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return  # no proxy recorded, or it is gone
+    if b"configurable-http-proxy" in cmdline:
+        os.kill(pid, signal.SIGTERM)
+
+
 def _stop_process_group(proc: subprocess.Popen | None, timeout: float) -> None:
-    if proc is None or proc.poll() is not None:
+    """Stop every process of ``proc``'s group, even when ``proc`` itself already exited: a Hub
+    that died during start-up leaves its proxy behind in the same group."""
+    if proc is None:
         return
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
+    except ProcessLookupError:
+        return  # nobody is left in the group
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader so it does not count as alive
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
     except ProcessLookupError:
         pass
+    proc.wait(5)
 
 
 @dataclass
@@ -171,6 +194,7 @@ class Demo:
         # the Hub first: with cleanup_servers it stops every server, deleting their pods
         try:
             _stop_process_group(self.hub, timeout=60)
+            stop_orphaned_proxy(self.state_dir / "proxy.pid")
         finally:
             _stop_process_group(self.cluster, timeout=30)
 

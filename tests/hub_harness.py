@@ -23,6 +23,7 @@ through the Hub's login form and the service's OAuth callback, holding the servi
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -53,6 +54,20 @@ DEFAULT_TEST_POOLS = [
     {"name": "a100", "nodes": {"node-a": 2, "node-b": 2}, "display_name": "A100 80GB"},
     {"name": "shared", "nodes": {"node-s": 1}, "slices_per_gpu": 4, "backend": "hami"},
 ]
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_launcher():
+    spec = importlib.util.spec_from_file_location("demo_launch", REPO / "demo" / "launch.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+launch = _load_launcher()
 
 
 def free_port() -> int:
@@ -269,7 +284,7 @@ def wait_until_ready(hub: RunningHub) -> None:
     )
 
 
-def stop_hub(process: subprocess.Popen) -> None:
+def stop_hub(process: subprocess.Popen, proxy_pid_file: Path) -> None:
     """SIGTERM the Hub (it stops the proxy and its services), then make sure all are gone."""
     started = descendant_pids(process.pid)
     if process.poll() is None:
@@ -286,6 +301,10 @@ def stop_hub(process: subprocess.Popen) -> None:
         if pid_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    # a Hub that died (e.g. during start-up) leaves its proxy running in a session of its own
+    launch.stop_orphaned_proxy(proxy_pid_file)
 
 
 @contextlib.contextmanager
@@ -323,6 +342,7 @@ def start_booking_hub(
             cwd=directory,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: see stop_hub
         )
     hub = RunningHub(
         public_url=f"http://127.0.0.1:{ports['public_port']}",
@@ -339,7 +359,7 @@ def start_booking_hub(
         wait_until_ready(hub)
         yield hub
     finally:
-        stop_hub(process)
+        stop_hub(process, directory / "proxy.pid")
 
 
 def postgres_reachable() -> str | None:

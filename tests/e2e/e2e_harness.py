@@ -8,17 +8,16 @@ the pods and API calls a cluster would accept, and that the singleuser server re
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 import signal
 import socket
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
+from hub_harness import launch
 
 from jhub_gpubooking.core.timegrid import format_time
 
@@ -27,15 +26,6 @@ E2E_DIR = Path(__file__).resolve().parent
 OUTPUT = REPO / "test-output"
 
 
-def _load_launcher():
-    spec = importlib.util.spec_from_file_location("demo_launch", REPO / "demo" / "launch.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-launch = _load_launcher()
 
 
 def free_ports(count: int) -> list[int]:

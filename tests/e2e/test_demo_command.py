@@ -64,3 +64,30 @@ def test_demo_command_serves_and_ctrl_c_leaves_no_process(tmp_path):
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
         demo.stdout.close()
+
+
+def test_a_hub_that_dies_during_start_up_leaves_no_proxy_behind(tmp_path):
+    """The launcher stops the Hub's whole process group, even when the Hub itself is gone."""
+    broken = tmp_path / "jupyterhub_config.py"
+    # the proxy starts, then the Hub fails on a service it cannot start
+    broken.write_text(
+        (REPO / "demo" / "jupyterhub_config.py").read_text()
+        + "\nc.JupyterHub.services[0]['command'] = ['/bin/false']\n"
+    )
+    from e2e_harness import launch
+
+    port, k8s, hub, proxy_api, service = free_ports(5)
+    demo = launch.Demo(
+        state_dir=tmp_path / "state", port=port, k8s_port=k8s, hub_config=broken,
+        log_dir=tmp_path / "logs",
+        extra_env={"DEMO_HUB_PORT": str(hub), "DEMO_PROXY_API_PORT": str(proxy_api),
+                   "DEMO_SERVICE_PORT": str(service)},
+    )
+    with pytest.raises((RuntimeError, TimeoutError)):
+        demo.start()  # start() stops what it started when it fails
+    proxy = int((tmp_path / "state" / "proxy.pid").read_text())  # the proxy did start
+    deadline = time.monotonic() + 10
+    while pid_alive(proxy) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(proxy)
+    assert demo.hub.poll() is not None and demo.cluster.poll() is not None
