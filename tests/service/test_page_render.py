@@ -23,6 +23,7 @@ ASSET_URLS = {
     "booking.css": f"{SERVICE_PREFIX}static/service/booking.css?v=def",
     "common.js": f"{SERVICE_PREFIX}static/service/common.js?v=123",
     "timeline.js": f"{SERVICE_PREFIX}static/service/timeline.js?v=456",
+    "planning.js": f"{SERVICE_PREFIX}static/service/planning.js?v=789",
 }
 
 
@@ -106,6 +107,7 @@ def test_page_context_builds_every_url_from_the_prefixes():
             "imports": {
                 "/lab/services/gpus/static/service/common.js": "/lab/services/gpus/static/service/common.js?v=123",
                 "/lab/services/gpus/static/service/timeline.js": "/lab/services/gpus/static/service/timeline.js?v=456",
+                "/lab/services/gpus/static/service/planning.js": "/lab/services/gpus/static/service/planning.js?v=789",
             }
         },
         "page_config": {
@@ -221,7 +223,7 @@ def test_page_served_through_the_hub_links_its_assets_and_its_xsrf_token_works(b
         for plain_url, versioned_url in json.loads(page.import_map_text)["imports"].items():
             assert versioned_url.startswith(plain_url + "?v=")
             modules[plain_url.rsplit("/", 1)[1]] = versioned_url
-        assert set(modules) == {"booking.js", "common.js", "timeline.js"}
+        assert set(modules) == {"booking.js", "common.js", "timeline.js", "planning.js"}
         for name, url in modules.items():
             script = session.get(hub.public_url + url)
             assert script.status_code == 200
