@@ -92,7 +92,7 @@ def create_series(
         store._check_interval(occurrence.start, occurrence.end, now)
     groups = tuple(sorted(groups))
     with store._transaction(write=True) as session:
-        store._lock_pool(session, pool)
+        store._lock_for_rules(session, pool, groups, is_admin)
         series_row = BookingSeriesRow(
             user=user, pool=pool, repeat=repeat, note=note, created=store._stamp(),
             created_by=actor or user,

@@ -107,6 +107,18 @@ class BookingStore:
         if locked is None:
             raise NotFound(f"There is no GPU pool named {name!r}.")
 
+    def _lock_for_rules(self, session: Session, pool: str | None, groups: Any, is_admin: bool):
+        """Lock ``pool``, or every pool in name order when a rule counts bookings across pools
+        (booking count, GPU-hour budgets), so requests in two pools cannot both pass it; one
+        fixed order keeps lock waits free of cycles."""
+        policy = self.policy_for(groups)
+        across = not is_admin and (
+            policy.max_bookings is not None or policy.budget_gpu_hours is not None
+            or bool(self.budgets is not None and self.budgets.group_budgets)
+        )
+        for name in sorted(self.pools) if across else [pool] if pool else []:
+            self._lock_pool(session, name)
+
     def _lock_booking(self, session: Session, booking_id: int) -> BookingRow:
         """The booking's row, after locking its pool (always pool first: no lock cycles)."""
         pool = session.execute(
@@ -233,7 +245,7 @@ class BookingStore:
             groups=tuple(sorted(groups)),
         )
         with self._transaction(write=True) as session:
-            self._lock_pool(session, pool)
+            self._lock_for_rules(session, pool, groups, is_admin)
             return booking_from_row(
                 self._place(session, request, groups, is_admin, now, actor or user)
             )
@@ -350,6 +362,7 @@ class BookingStore:
         end, now = as_utc(end), self._now()
         self._check_on_grid(end, "end")
         with self._transaction(write=True) as session:
+            self._lock_for_rules(session, None, groups, is_admin)  # budgets see every pool
             row = self._lock_booking(session, booking_id)
             booking = booking_from_row(row)
             state = booking.state(now)

@@ -10,7 +10,7 @@ import random
 from datetime import datetime, timedelta
 
 from jhub_gpubooking.core.clock import ManualClock
-from jhub_gpubooking.core.errors import Conflict
+from jhub_gpubooking.core.errors import Conflict, PolicyViolation
 from jhub_gpubooking.core.model import Pool
 from jhub_gpubooking.db.session import make_engine, make_session_factory
 from jhub_gpubooking.db.store import BookingStore
@@ -27,11 +27,18 @@ def race(
     attempts: int,
     ready,
     results,
+    user: str | None = None,
+    default_policy: dict | None = None,
 ) -> None:
-    """Try ``attempts`` bookings; put (seed, created, refused_409, unexpected errors) on results."""
+    """Try ``attempts`` bookings as ``user`` (default: one user per worker) under
+    ``default_policy``; put (seed, created, refused, unexpected errors) on results, where
+    refused counts capacity (409) and policy (403) refusals."""
     pools = {config["name"]: Pool.from_config(config) for config in pool_configs}
     engine = make_engine(db_url)
-    store = BookingStore(make_session_factory(engine), pools, clock=ManualClock(now))
+    store = BookingStore(
+        make_session_factory(engine), pools, default_policy=default_policy or {},
+        clock=ManualClock(now),
+    )
     chooser = random.Random(seed)
     created = refused = 0
     unexpected: list[str] = []
@@ -42,9 +49,9 @@ def race(
             start = now.replace(minute=0) + timedelta(minutes=15 * chooser.randrange(0, 8))
             end = start + timedelta(minutes=15 * chooser.randrange(1, 5))
             try:
-                store.create(f"user{seed}", pool, chooser.choice(AMOUNTS[pool]), start, end)
+                store.create(user or f"user{seed}", pool, chooser.choice(AMOUNTS[pool]), start, end)
                 created += 1
-            except Conflict:
+            except (Conflict, PolicyViolation):
                 refused += 1
             except Exception as error:  # noqa: BLE001 - reported to the parent, which fails
                 unexpected.append(f"attempt {attempt}: {type(error).__name__}: {error}")

@@ -39,15 +39,16 @@ def slices_over_capacity(pool, bookings) -> list[tuple]:
     return found
 
 
-def test_racing_processes_never_overbook(migrated_url, store, pools):
+def run_race(url: str, configs: list[dict], **options) -> list[tuple]:
+    """PROCESSES spawned workers racing; their reports (seed, created, refused, errors)."""
     context = multiprocessing.get_context("spawn")
     ready = context.Barrier(PROCESSES)
     results = context.Queue()
-    configs = [pool_config(pool) for pool in pools.values()]
     workers = [
         context.Process(
             target=race_worker.race,
-            args=(migrated_url, configs, NOW, seed, ATTEMPTS, ready, results),
+            args=(url, configs, NOW, seed, ATTEMPTS, ready, results),
+            kwargs=options,
         )
         for seed in range(PROCESSES)
     ]
@@ -61,8 +62,13 @@ def test_racing_processes_never_overbook(migrated_url, store, pools):
             if worker.is_alive():
                 worker.kill()
                 worker.join()
-
     assert [errors for *_, errors in reports] == [[]] * PROCESSES
+    return reports
+
+
+def test_racing_processes_never_overbook(migrated_url, store, pools):
+    configs = [pool_config(pool) for pool in pools.values()]
+    reports = run_race(migrated_url, configs)
     created = sum(report[1] for report in reports)
     refused = sum(report[2] for report in reports)
     assert created + refused == PROCESSES * ATTEMPTS
@@ -73,3 +79,14 @@ def test_racing_processes_never_overbook(migrated_url, store, pools):
     for pool in pools.values():
         assert overbooked_instants(pool, bookings) == []
         assert slices_over_capacity(pool, bookings) == []
+
+
+def test_a_limit_across_pools_holds_when_requests_race_in_different_pools(
+    migrated_url, store, pools
+):
+    """One user, at most one booking: eight processes book it in both pools at once. Each pool's
+    lock alone would let one request per pool through; the rule needs every pool locked."""
+    configs = [pool_config(pool) for pool in pools.values()]
+    reports = run_race(migrated_url, configs, user="student", default_policy={"max_bookings": 1})
+    assert sum(report[1] for report in reports) == 1
+    assert [booking.user for booking in store.list()] == ["student"]
