@@ -196,7 +196,8 @@ class BookingStore:
         self, session: Session, policy: Any, request: Booking, now: datetime
     ) -> list[Booking]:
         """The user's bookings that can matter to the policy: all future ones, and past ones
-        only as far back as the cooldown and the budget periods reach (not the whole history)."""
+        only as far back as the cooldown and the budget periods reach (not the whole history).
+        Opportunistic grants are left out: a best-effort use must not block a real booking."""
         horizon = min(now, request.start)
         if policy.cooldown_minutes:
             horizon = min(horizon, request.start - timedelta(minutes=policy.cooldown_minutes))
@@ -211,7 +212,9 @@ class BookingStore:
                 BookingRow.status == "booked",
             )
         )
-        return [booking_from_row(row) for row in rows if row.id != request.id]
+        return [
+            booking_from_row(row) for row in rows if row.id != request.id and not row.opportunistic
+        ]
 
     # -- bookings ---------------------------------------------------------------------------
 

@@ -105,3 +105,14 @@ def test_bookings_without_grants_in_the_way_are_plain_creates(store, clock):
     assert preempted == [] and booking.amount == 2
     clock.advance(timedelta(minutes=30))
     assert opportunistic(store).largest_grantable("a100", HORIZON) == 4
+
+
+def test_a_running_grant_does_not_count_against_the_users_own_limits(make_store):
+    store = make_store(default_policy={"max_bookings": 1, "budget_gpu_hours": 2})
+    grant = opportunistic(store).grant("ada", "a100", 1, HORIZON)  # 1.25 GPU-hours
+    booking, preempted = opportunistic(store).create_preempting("ada", "t4", 1, at(11), at(13))
+    assert booking.user == "ada" and preempted == []
+    assert store.get(grant.id).release_reason is None
+    with pytest.raises(PolicyViolation) as refused:  # real bookings still count
+        opportunistic(store).create_preempting("ada", "t4", 1, at(14), at(15))
+    assert refused.value.rule == "max_bookings"
