@@ -113,7 +113,8 @@ class SeriesListHandler(APIHandler):
     async def post(self) -> None:
         principal = self.require_principal()
         body = self.json_body(
-            {"pool", "gpus", "start", "end", "repeat", "until", "count", "note", "user"},
+            {"pool", "gpus", "start", "end", "repeat", "until", "count", "note", "user",
+             "time_zone"},
             ("pool", "gpus", "start", "end", "repeat"),
         )
         user = body.get("user", principal.name if principal.is_user else None)
@@ -142,6 +143,9 @@ class SeriesListHandler(APIHandler):
         until = body.get("until")
         if until is not None and not isinstance(until, str):
             raise refusal(400, "'until' must be a date-time.")
+        time_zone = body.get("time_zone", "UTC")
+        if not isinstance(time_zone, str):
+            raise refusal(400, "'time_zone' must be a time zone name such as Europe/Berlin.")
         schedule = occurrences(
             parse_time(body["start"], "start"),
             parse_time(body["end"], "end"),
@@ -149,6 +153,7 @@ class SeriesListHandler(APIHandler):
             until=parse_time(until, "until") if until is not None else None,
             count=count,
             max_occurrences=self.service.series_max_occurrences,
+            time_zone=time_zone,
         )
         try:
             series = await self.run_in_executor(

@@ -62,3 +62,27 @@ def test_daily_occurrences_longer_than_a_day_are_refused():
     with pytest.raises(InvalidRequest, match="longer than a day; they would overlap each other"):
         occurrences(TUESDAY_14, TUESDAY_14 + timedelta(hours=25), "daily", count=2,
                     max_occurrences=5)
+
+
+def test_a_weekly_lab_keeps_its_local_time_across_daylight_saving():
+    # Tuesdays 14:00-16:00 in Berlin, from 20 October to 3 November 2026 (summer time ends 25 Oct)
+    first_start = datetime(2026, 10, 20, 12, 0, tzinfo=timezone.utc)  # 14:00 CEST
+    found = occurrences(
+        first_start, first_start + timedelta(hours=2), "weekly", count=3,
+        max_occurrences=26, time_zone="Europe/Berlin",
+    )
+    assert [o.start.strftime("%m-%d %H:%M") for o in found] == [
+        "10-20 12:00", "10-27 13:00", "11-03 13:00",  # 14:00 Berlin each time, in UTC
+    ]
+    assert all(o.end - o.start == timedelta(hours=2) for o in found)
+    assert all(o.start.tzinfo == timezone.utc for o in found)
+    in_utc = occurrences(
+        first_start, first_start + timedelta(hours=2), "weekly", count=3, max_occurrences=26
+    )
+    assert [o.start.hour for o in in_utc] == [12, 12, 12]  # the default stays UTC
+
+
+def test_an_unknown_time_zone_is_refused_in_one_sentence():
+    with pytest.raises(InvalidRequest, match="'time_zone' must be a time zone name"):
+        occurrences(TUESDAY_14, TUESDAY_14 + timedelta(hours=1), "daily", count=2,
+                    max_occurrences=5, time_zone="Mars/Olympus")

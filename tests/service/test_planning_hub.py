@@ -63,10 +63,14 @@ def test_series_are_for_series_groups_and_cancel_as_a_whole(hub):
             "Only members of gpu-admins or administrators may book recurring series.",
         )
     with hub.api(hub.user_token("carol")) as carol:
+        nowhere = carol.post("api/series", json={**series, "time_zone": "Mars/Olympus"})
+        assert (nowhere.status_code, nowhere.json()["message"]) == (
+            400, "'time_zone' must be a time zone name such as Europe/Berlin, not 'Mars/Olympus'."
+        )
         too_long = carol.post("api/series", json={**series, "count": 5})
         assert too_long.status_code == 400
         assert "at most 4 occurrences" in too_long.json()["message"]
-        created = carol.post("api/series", json=series)
+        created = carol.post("api/series", json={**series, "time_zone": "Europe/Berlin"})
         assert created.status_code == 201, created.text
         body = created.json()
         assert [b["series_id"] for b in body["bookings"]] == [body["id"]] * 3

@@ -31,7 +31,9 @@ export async function loadBudget() {
 export function seriesChoice() {
   const repeat = $("gb-repeat")?.value;
   if (!repeat) return null;
-  return { repeat, count: Number($("gb-repeat-count").value) };
+  // the browser's zone, so a weekly lab keeps its local time across daylight-saving changes
+  const timeZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  return { repeat, count: Number($("gb-repeat-count").value), time_zone: timeZone };
 }
 
 export function wireRepeatChoice() {
