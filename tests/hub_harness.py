@@ -389,3 +389,34 @@ def new_postgres_database() -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# a real single-user server run as the test's own OS user, so the Hub has something to stop
+REAL_SERVER_HUB_CONFIG = f"""
+c.JupyterHub.spawner_class = "simple"
+c.Spawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser", "--allow-root"]
+# answer the start request at once (202) and let the test poll for readiness
+c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}
+c.Spawner.default_url = "/api/status"
+c.Spawner.start_timeout = 120
+"""
+
+
+def hub_server(hub, user: str) -> dict | None:
+    """The Hub's model of ``user``'s default server, None when it is not running."""
+    response = httpx.get(
+        f"{hub.hub_api_url}/users/{user}",
+        headers={"Authorization": f"token {hub.admin_token}"},
+    )
+    response.raise_for_status()
+    return (response.json().get("servers") or {}).get("")
+
+
+def wait_for(condition, what: str, hub, timeout: float = 150) -> None:
+    """Poll ``condition`` until true; fail with the end of the service's log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting until {what}; log:\n{hub.service_log()[-3000:]}")

@@ -3,27 +3,13 @@ report counts the time the server ran."""
 
 from __future__ import annotations
 
-import sys
-import time
 from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
-from hub_harness import start_booking_hub
+from hub_harness import REAL_SERVER_HUB_CONFIG, hub_server, start_booking_hub, wait_for
 
 from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid, format_time
-
-SERVER_TIMEOUT_SECONDS = 150
-
-# a real single-user server run as the test's own OS user, so the Hub has something to stop
-REAL_SERVER_HUB_CONFIG = f"""
-c.JupyterHub.spawner_class = "simple"
-c.Spawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser", "--allow-root"]
-# answer the start request at once (202) and let the test poll for readiness
-c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}
-c.Spawner.default_url = "/api/status"
-c.Spawner.start_timeout = 120
-"""
 
 FAST_LIFECYCLE = """
 c.GPUBookingService.slot_minutes = 1
@@ -40,24 +26,6 @@ def hub(tmp_path_factory):
         extra_hub_config=REAL_SERVER_HUB_CONFIG,
     ) as running:
         yield running
-
-
-def hub_server(hub, user: str) -> dict | None:
-    response = httpx.get(
-        f"{hub.hub_api_url}/users/{user}",
-        headers={"Authorization": f"token {hub.admin_token}"},
-    )
-    response.raise_for_status()
-    return (response.json().get("servers") or {}).get("")
-
-
-def wait_for(condition, what: str, hub) -> None:
-    deadline = time.monotonic() + SERVER_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting until {what}; log:\n{hub.service_log()[-3000:]}")
 
 
 def test_server_is_stopped_at_the_end_of_its_booking_and_reported_as_used(hub):

@@ -3,25 +3,13 @@ service stops ada's server through the Hub API and ada's notices say why."""
 
 from __future__ import annotations
 
-import sys
-import time
 from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
-from hub_harness import start_booking_hub
+from hub_harness import REAL_SERVER_HUB_CONFIG, hub_server, start_booking_hub, wait_for
 
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
-
-SERVER_TIMEOUT_SECONDS = 150
-
-REAL_SERVER_HUB_CONFIG = f"""
-c.JupyterHub.spawner_class = "simple"
-c.Spawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser", "--allow-root"]
-c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}
-c.Spawner.default_url = "/api/status"
-c.Spawner.start_timeout = 120
-"""
 
 OPPORTUNISTIC = """
 c.GPUBookingService.opportunistic_enabled = True
@@ -38,23 +26,6 @@ def hub(tmp_path_factory):
         extra_hub_config=REAL_SERVER_HUB_CONFIG,
     ) as running:
         yield running
-
-
-def hub_server(hub, user: str) -> dict | None:
-    response = httpx.get(
-        f"{hub.hub_api_url}/users/{user}", headers={"Authorization": f"token {hub.admin_token}"}
-    )
-    response.raise_for_status()
-    return (response.json().get("servers") or {}).get("")
-
-
-def wait_for(condition, what: str, hub) -> None:
-    deadline = time.monotonic() + SERVER_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting until {what}; log:\n{hub.service_log()[-3000:]}")
 
 
 def test_a_booking_preempts_an_opportunistic_server(hub):
