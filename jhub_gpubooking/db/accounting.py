@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -12,6 +11,7 @@ from ..core.timegrid import as_utc
 from .convert import booking_from_row
 from .models import BookingRow, UsageIntervalRow
 from .store import BookingStore
+from .usage import intervals_by_booking
 
 
 def usage_report(store: BookingStore, start: datetime, end: datetime, by: str) -> Report:
@@ -23,17 +23,7 @@ def usage_report(store: BookingStore, start: datetime, end: datetime, by: str) -
     )
     with store._transaction() as session:
         bookings = [booking_from_row(row) for row in session.scalars(statement)]
-        usage: dict[int, list[Interval]] = defaultdict(list)
-        ids = [booking.id for booking in bookings]
-        # chunks keep the IN list within every backend's parameter limit
-        for first in range(0, len(ids), 500):
-            rows = session.scalars(
-                select(UsageIntervalRow).where(
-                    UsageIntervalRow.booking_id.in_(ids[first : first + 500])
-                )
-            )
-            for row in rows:
-                usage[row.booking_id].append(Interval(row.start, row.end))
+        usage = intervals_by_booking(session, [booking.id for booking in bookings])
     return build_report(bookings, usage, start, end, by, store._now())
 
 

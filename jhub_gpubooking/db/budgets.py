@@ -9,7 +9,6 @@ are pure, in :mod:`jhub_gpubooking.core.budgets`.
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 
@@ -17,11 +16,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..core.accounting import Interval
-from ..core.budgets import CHARGE_MODES, Budget, BudgetStatus, budget_status, check_budget, charge
+from ..core.budgets import CHARGE_MODES, Budget, BudgetStatus, budget_status, charge, check_budget
 from ..core.model import Booking
 from ..core.policy import Policy, period_bounds
 from .convert import booking_from_row
-from .models import BookingRow, UsageIntervalRow
+from .models import BookingRow
+from .usage import intervals_by_booking
 
 
 class BudgetBook:
@@ -115,17 +115,7 @@ class BudgetBook:
     def _usage(self, session: Session, bookings: list[Booking]) -> list[list[Interval]]:
         if self.charge_mode == "booked" or not bookings:
             return [[] for _ in bookings]
-        by_booking: dict[int, list[Interval]] = defaultdict(list)
-        ids = [b.id for b in bookings]
-        # chunks keep the IN list within every backend's parameter limit
-        for first in range(0, len(ids), 500):
-            rows = session.scalars(
-                select(UsageIntervalRow).where(
-                    UsageIntervalRow.booking_id.in_(ids[first : first + 500])
-                )
-            )
-            for row in rows:
-                by_booking[row.booking_id].append(Interval(row.start, row.end))
+        by_booking = intervals_by_booking(session, [b.id for b in bookings])
         return [by_booking[b.id] for b in bookings]
 
 

@@ -6,11 +6,13 @@ together with the booking's ``server`` column and the two never disagree.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..core.accounting import Interval
 from .models import BookingRow, UsageIntervalRow
 
 
@@ -31,3 +33,18 @@ def open_usage(session: Session, row: BookingRow, server: str, when: datetime) -
     close_usage(session, row, when)
     row.stopped_at = None
     session.add(UsageIntervalRow(booking_id=row.id, server=server, start=when))
+
+
+def intervals_by_booking(session: Session, booking_ids: list[int]) -> dict[int, list[Interval]]:
+    """When each of these bookings' servers ran (open intervals end None), by booking id."""
+    found: dict[int, list[Interval]] = defaultdict(list)
+    # chunks keep the IN list within every backend's parameter limit
+    for first in range(0, len(booking_ids), 500):
+        rows = session.scalars(
+            select(UsageIntervalRow).where(
+                UsageIntervalRow.booking_id.in_(booking_ids[first : first + 500])
+            )
+        )
+        for row in rows:
+            found[row.booking_id].append(Interval(row.start, row.end))
+    return found
