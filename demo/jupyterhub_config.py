@@ -77,7 +77,8 @@ c.JupyterHub.spawner_class = "gpubooking"
 c.GPUBookingSpawner.booking_api_url = f"http://127.0.0.1:{service_port}/services/{service_name}/"
 c.GPUBookingSpawner.booking_api_token = service_token
 c.GPUBookingSpawner.booking_service_name = service_name
-c.GPUBookingSpawner.deadline_grace_seconds = 60
+# no pod deadline: the service stops a server at its booking's end (and follows extensions)
+c.GPUBookingSpawner.pod_deadline_seconds = 0
 
 # Demo only: the simulated cluster runs each pod as a local process, found through KUBECONFIG.
 c.KubeSpawner.namespace = os.environ.get("DEMO_NAMESPACE", "jhub-demo")
