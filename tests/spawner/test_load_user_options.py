@@ -9,7 +9,6 @@ import pytest
 from jupyterhub.utils import format_exception
 from tornado import web
 
-from jhub_gpubooking.core.timegrid import parse_time
 from jhub_gpubooking.spawner import SERVICE_UNAVAILABLE_MESSAGE
 
 
