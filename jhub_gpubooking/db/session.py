@@ -9,13 +9,15 @@ on PostgreSQL/MySQL with ``SELECT ... FOR UPDATE`` on the pool row, on SQLite wi
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,6 +34,10 @@ WRITE_TRANSACTION_OPTION = "gpubooking_write"
 
 class StaleSchema(RuntimeError):
     """The database schema is not the one this version of the package needs."""
+
+
+class MigrationError(RuntimeError):
+    """A migration would have left the database inconsistent; it was rolled back."""
 
 
 def normalize_url(url: str) -> str:
@@ -154,18 +160,68 @@ def check_schema(engine: Engine) -> None:
     )
 
 
-def upgrade(url: str, revision: str = "head") -> str | None:
-    """Migrate the database at ``url`` to ``revision``; returns the revision reached."""
+@contextmanager
+def migration_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in one transaction for Alembic; on SQLite with foreign keys checked at the end.
+
+    SQLite cannot ALTER most things, so batch migrations copy a table into a new one, drop the
+    old one and rename. With ``PRAGMA foreign_keys=ON`` dropping a table that other rows point
+    to fails (``FOREIGN KEY constraint failed [DROP TABLE bookings]``), so, as SQLite's own
+    procedure for schema changes says, the checks are off while migrating (the pragma only
+    takes effect outside a transaction) and ``PRAGMA foreign_key_check`` must find nothing
+    before the transaction commits; otherwise the whole migration is rolled back.
+    """
+    with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            _set_sqlite_foreign_keys(connection, False)
+        try:
+            with connection.begin():
+                yield connection
+                if sqlite:
+                    _refuse_broken_references(connection)
+        finally:
+            if sqlite:
+                _set_sqlite_foreign_keys(connection, True)
+
+
+def _set_sqlite_foreign_keys(connection: Connection, on: bool) -> None:
+    # straight on the driver's connection: through SQLAlchemy the statement would begin a
+    # transaction first, inside which SQLite ignores this pragma
+    connection.connection.driver_connection.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+
+
+def _refuse_broken_references(connection: Connection) -> None:
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        table, rowid, parent, _ = broken[0]
+        raise MigrationError(
+            f"The migration left {len(broken)} row(s) pointing to missing rows (first: "
+            f"{table} row {rowid} → {parent}); nothing was changed."
+        )
+
+
+def _migrate(url: str, run) -> str | None:
     engine = make_engine(url)
     try:
-        with engine.begin() as connection:
+        with migration_transaction(engine) as connection:
             config = alembic_config()
             # env.py runs on this connection, so the engine settings above apply
             config.attributes["connection"] = connection
-            command.upgrade(config, revision)
+            run(config)
         return _revision_of(engine)
     finally:
         engine.dispose()
+
+
+def upgrade(url: str, revision: str = "head") -> str | None:
+    """Migrate the database at ``url`` to ``revision``; returns the revision reached."""
+    return _migrate(url, lambda config: command.upgrade(config, revision))
+
+
+def downgrade(url: str, revision: str) -> str | None:
+    """Migrate the database at ``url`` back to ``revision`` (e.g. ``-1``); returns it."""
+    return _migrate(url, lambda config: command.downgrade(config, revision))
 
 
 def current_revision(url: str) -> str | None:
