@@ -428,5 +428,7 @@ def read_rows(connection: sa.Connection, revision: str) -> dict[str, list[dict]]
     for name in columns_at(revision):
         table = table_at(revision, name)
         key = table.c.id if "id" in table.c else next(iter(table.c))
-        rows[name] = [dict(row._mapping) for row in connection.execute(sa.select(table).order_by(key))]
+        rows[name] = [
+            dict(row._mapping) for row in connection.execute(sa.select(table).order_by(key))
+        ]
     return rows

@@ -63,7 +63,8 @@ def schema_of(url: str) -> dict:
                     for unique in inspector.get_unique_constraints(table)
                 ),
                 "checks": sorted(
-                    (check["name"], check["sqltext"]) for check in inspector.get_check_constraints(table)
+                    (check["name"], check["sqltext"])
+                    for check in inspector.get_check_constraints(table)
                 ),
             }
         return schema
@@ -174,6 +175,7 @@ def test_a_migration_leaving_broken_references_is_rolled_back(db_url):
     with pytest.raises(MigrationError, match="booking_events row .* → bookings"):
         upgrade(db_url)
     assert current_revision(db_url) == REVISION_IDS[-2]
-    assert rows_of(db_url, REVISION_IDS[-2])["bookings"] == expected_rows(
-        REVISION_IDS[-2], REVISION_IDS[-2]
-    )["bookings"]
+    assert (
+        rows_of(db_url, REVISION_IDS[-2])["bookings"]
+        == expected_rows(REVISION_IDS[-2], REVISION_IDS[-2])["bookings"]
+    )
