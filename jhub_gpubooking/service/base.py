@@ -19,6 +19,7 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.ioloop import IOLoop
+from tornado.log import app_log
 
 from ..core.errors import BookingError
 from ..db.session import unavailable_reason
@@ -237,7 +238,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             return
         if unavailable_reason(value):
             # an outage is one line per request, not a traceback each
-            self.log.warning(
+            app_log.warning(
                 "%s %s answered 503, database unavailable: %s",
                 self.request.method,
                 getattr(self, "route_template", "") or type(self).__name__,
