@@ -22,6 +22,7 @@ from ..core.lifecycle import Action, ActionKind, LifecycleRules
 from ..core.model import Booking
 from ..db.lifecycle import BookingLifecycle
 from ..db.locks import DatabaseLock
+from ..db.session import unavailable_reason
 
 #: How long one call to the Hub API may take before the tick moves on (retried next tick).
 HUB_STOP_TIMEOUT_SECONDS = 20
@@ -228,6 +229,13 @@ class LifecycleService(HasTraits):
         while True:
             try:
                 await self.run_lifecycle_tick()
-            except Exception:
-                self.log.exception("Lifecycle tick failed; trying again next interval")
+            except Exception as error:
+                if unavailable_reason(error):
+                    # an outage: one line a tick, not a traceback a second
+                    self.log.warning(
+                        "Lifecycle tick skipped, database unavailable: %s",
+                        str(error).splitlines()[0],
+                    )
+                else:
+                    self.log.exception("Lifecycle tick failed; trying again next interval")
             await asyncio.sleep(self.lifecycle_interval_seconds)
