@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import json
 import secrets
 from collections.abc import Collection, Mapping
@@ -321,6 +322,65 @@ def review_response(uid: str, verdict: Verdict, with_patch: bool) -> dict[str, A
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+_TEXT = {"type": "string"}
+_TEXT_MAP = {"type": "object", "additionalProperties": _TEXT}
+_QUANTITIES = {"type": "object", "additionalProperties": {"type": ["string", "number"]}}
+_CONTAINERS = {"type": "array", "items": {"type": "object", "properties": {
+    "name": _TEXT,
+    "resources": {"type": "object",
+                  "properties": {"limits": _QUANTITIES, "requests": _QUANTITIES}},
+    "env": {"type": "array", "items": {"type": "object", "required": ["name"],
+                                       "properties": {"name": _TEXT, "value": _TEXT}}},
+    "securityContext": {"type": "object", "properties": {"privileged": {"type": "boolean"}}},
+    "volumeMounts": {"type": "array", "items": {"type": "object", "properties": {"name": _TEXT}}},
+}}}
+#: The parts of an AdmissionReview request and of a pod the webhook reads, with their types.
+#: The API server only sends decoded objects, so anything else is a crafted body: it is refused
+#: as a whole instead of being judged field by field.
+REQUEST_SHAPE = {"type": "object", "required": ["uid"], "properties": {
+    "uid": {"type": "string", "minLength": 1},
+    "kind": {"type": "object", "properties": {"kind": _TEXT}},
+    "namespace": _TEXT, "name": _TEXT, "operation": _TEXT, "subResource": _TEXT,
+    "userInfo": {"type": "object", "properties": {"username": _TEXT}},
+    "dryRun": {"type": "boolean"},
+}}
+POD_SHAPE = {"type": "object", "properties": {
+    "metadata": {"type": "object", "properties": {
+        "name": _TEXT, "generateName": _TEXT, "annotations": _TEXT_MAP, "labels": _TEXT_MAP}},
+    "spec": {"type": "object", "properties": {
+        "containers": _CONTAINERS, "initContainers": _CONTAINERS,
+        "ephemeralContainers": _CONTAINERS,
+        "volumes": {"type": "array", "items": {"type": "object", "properties": {
+            "name": _TEXT,
+            "hostPath": {"type": "object", "properties": {"path": _TEXT}}}}},
+        "resourceClaims": {"type": "array"},
+        "nodeSelector": _TEXT_MAP,
+        "activeDeadlineSeconds": {"type": "integer"},
+        "schedulerName": _TEXT,
+    }},
+}}
+
+
+@functools.cache
+def _validator(shape: str) -> Any:
+    from jsonschema import Draft7Validator  # imported late, like the kubernetes client
+
+    return Draft7Validator({"request": REQUEST_SHAPE, "pod": POD_SHAPE}[shape])
+
+
+def _shape_error(shape: str, value: Any, what: str) -> str | None:
+    error = next(iter(_validator(shape).iter_errors(value)), None)
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.absolute_path) or "the top level"
+    return f"{what} is malformed at {where}."
+
+
+def pod_shape_error(pod: Any) -> str | None:
+    """Why ``pod`` is not shaped like a decoded Pod (in the parts the webhook reads), or None."""
+    return _shape_error("pod", pod, "The pod")
+
+
 def parse_review(body: bytes) -> dict[str, Any]:
     """The ``request`` of an AdmissionReview v1, or ValueError naming what is wrong."""
     try:
@@ -333,4 +393,7 @@ def parse_review(body: bytes) -> dict[str, Any]:
     request = review.get("request")
     if not isinstance(request, dict) or not request.get("uid"):
         raise ValueError("The AdmissionReview has no request with a uid.")
+    error = _shape_error("request", request, "The AdmissionReview's request")
+    if error:
+        raise ValueError(error)
     return request

@@ -120,7 +120,7 @@ def route_gap(pool: Pool, booking: Booking, route: DeviceRoute) -> str | None:
             return (f"{route.description}, but the booking holds {amount} of the {on_node} GPUs "
                     "of its node")
         return None
-    booked = set(pool.gpu_uuid(placement.node, index) for index in placement.gpus)
+    booked = {pool.gpu_uuid(placement.node, index) for index in placement.gpus}
     foreign = sorted(set(route.uuids) - booked)
     if foreign:
         return f"{route.description}, but the booking does not hold GPU {foreign[0]}"

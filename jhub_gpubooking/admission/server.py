@@ -34,6 +34,7 @@ from .review import (
     Verdict,
     parse_review,
     pod_owner,
+    pod_shape_error,
     review_ephemeral_containers,
     review_pod,
     review_response,
@@ -119,8 +120,11 @@ class AdmissionHandler(web.RequestHandler):
         kind = (request.get("kind") or {}).get("kind")
         operation = request.get("operation")
         ephemeral = operation == "UPDATE" and request.get("subResource") == "ephemeralcontainers"
-        if kind != "Pod" or not isinstance(pod, dict) or not (operation == "CREATE" or ephemeral):
+        if kind != "Pod" or not (operation == "CREATE" or ephemeral):
             return Verdict(allowed=True)
+        malformed = pod_shape_error(pod)
+        if malformed:
+            raise web.HTTPError(400, "%s", malformed)
         settings = self.admission_settings()
         namespace = str(request.get("namespace") or "")
         creator = str((request.get("userInfo") or {}).get("username") or "")

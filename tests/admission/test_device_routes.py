@@ -53,8 +53,8 @@ ROUTES = [
      "init container side sets NVIDIA_VISIBLE_DEVICES=0,1, which may name every GPU of its node"),
     ("visible-ref", pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES",
                                   "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]}),
-     "container side sets NVIDIA_VISIBLE_DEVICES from a reference, which may name every GPU of "
-     "its node"),
+     ("container side sets NVIDIA_VISIBLE_DEVICES from a reference, which may name every GPU "
+      "of its node")),
     ("visible-uuid", pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "GPU-bbb"}]}),
      "container side sets NVIDIA_VISIBLE_DEVICES=GPU-bbb"),
     ("host-dev-nvidia", pod(MOUNT, volumes=DEV_VOLUME),
@@ -62,8 +62,8 @@ ROUTES = [
     ("host-dev", pod(MOUNT, volumes=[{"name": "dev", "hostPath": {"path": "/dev/"}}]),
      "container side mounts the host's /dev/, which exposes every GPU of its node"),
     ("cdi", pod(annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}),
-     "the pod's annotation cdi.k8s.io/gpu injects devices through CDI, which may name every GPU "
-     "of its node"),
+     ("the pod's annotation cdi.k8s.io/gpu injects devices through CDI, which may name every "
+      "GPU of its node")),
 ]
 
 
