@@ -18,6 +18,7 @@ from jupyterhub.utils import url_escape_path, url_path_join
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Bool, Float, HasTraits, Integer, Unicode
 
+from ..admission.review import holder_pod
 from ..core.lifecycle import Action, ActionKind, LifecycleRules
 from ..core.model import Booking
 from ..db.lifecycle import BookingLifecycle
@@ -124,6 +125,8 @@ class LifecycleService(HasTraits):
                 self.log.exception(
                     "Lifecycle %s of booking %s failed", action.kind.value, action.booking_id
                 )
+        # bookings the admission webhook claimed for pods (admission/claims.py)
+        await self.reconcile_pod_claims(now)
         return actions
 
     async def _apply(self, action: Action, now: datetime) -> None:
@@ -144,7 +147,9 @@ class LifecycleService(HasTraits):
             await self.send_warning_email(booking)
         elif action.kind is ActionKind.STOP_SERVER and self.stop_servers_at_end:
             booking = await self._in_executor(self.store.get, action.booking_id)
-            if await self.stop_hub_server(booking.user, booking.server):
+            pods = self.pod_claims if holder_pod(booking.server) else None
+            if await (pods.stop_pod(booking) if pods else
+                      self.stop_hub_server(booking.user, booking.server)):
                 await self._in_executor(
                     self.lifecycle.mark_stop_requested, booking.id, booking.server
                 )
