@@ -14,6 +14,8 @@ command = list(service["command"])
 command[command.index("--config") + 1] = os.path.join(os.path.dirname(__file__), "gpubooking_config.py")
 service["command"] = command
 service["environment"] = {**service.get("environment", {}), "E2E_DEMO_DIR": os.environ["E2E_DEMO_DIR"]}
+if os.environ.get("E2E_DB_URL"):
+    service["environment"]["E2E_DB_URL"] = os.environ["E2E_DB_URL"]
 
 if os.environ.get("E2E_PROFILE") == "lifecycle":
     # a far pod deadline (the backstop), so only the service can stop a server at the end;
