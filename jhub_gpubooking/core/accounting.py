@@ -22,6 +22,7 @@ from fractions import Fraction
 from .model import Booking
 
 HOUR = timedelta(hours=1)
+MICROSECOND = timedelta(microseconds=1)
 NO_GROUP = "(no group)"
 GROUPINGS = ("user", "group", "pool")
 
@@ -59,9 +60,11 @@ class Interval:
 
 
 def _hours(start: datetime, end: datetime) -> Fraction:
+    # exact to the microsecond: truncating each piece to whole seconds would lose up to a second
+    # per piece, and a booking in progress (split at "now") would no longer add up
     if end <= start:
         return Fraction(0)
-    return Fraction(int((end - start).total_seconds()), int(HOUR.total_seconds()))
+    return Fraction((end - start) // MICROSECOND, HOUR // MICROSECOND)
 
 
 def _clip(start: datetime, end: datetime, low: datetime, high: datetime) -> Fraction:
