@@ -2,7 +2,6 @@
 # Sourced, not run. Defines ensure_venv SET (pins|latest) and ensure_system_tools.
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SHARED_DIR="${GPUBOOKING_SHARED_DIR:-$(dirname "$REPO_ROOT")/shared}"
 PYTHON="${PYTHON:-python3}"
 
 log() { printf '\033[1m[%s]\033[0m %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -13,12 +12,8 @@ ensure_venv() {
     local set="$1" venv="$REPO_ROOT/.venvs/$1" stamp constraints=()
     case "$set" in
         pins)
-            local pins="$SHARED_DIR/z2jh/hub-image-requirements.txt"
-            if [ ! -f "$pins" ]; then
-                log "cannot find the z2jh hub image pins at $pins (set GPUBOOKING_SHARED_DIR)"
-                return 1
-            fi
-            constraints=(-c "$pins")
+            # vendored from z2jh with its source commit (vendor/z2jh/README.md)
+            constraints=(-c "$REPO_ROOT/vendor/z2jh/hub-image-requirements.txt")
             ;;
         latest) ;;
         *) log "unknown dependency set '$set' (use pins or latest)"; return 1 ;;

@@ -10,6 +10,7 @@ service already runs in the hub pod where z2jh keeps the database credentials.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyterhub.utils import url_path_join
@@ -24,6 +25,8 @@ from .server import hub_group_members, start_webhook_server, webhook_app
 
 #: How often the webhook's certificate files are checked for a cert-manager renewal.
 CERTIFICATE_CHECK_SECONDS = 60
+#: Set by Kubernetes in every container; the in-cluster config needs both.
+IN_CLUSTER_VARIABLES = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 
 
 class ClusterIntegration(HasTraits):
@@ -121,19 +124,43 @@ class ClusterIntegration(HasTraits):
             return
         inventory = ClusterInventory(self.store, self.inventory_pool_templates, flags,
                                      on_pools=self._use_pools)
-        self.node_watcher = NodeWatcher(self.kubernetes_core_api(), inventory.apply,
-                                        label_selector=self.inventory_node_selector)
+        self.node_watcher = NodeWatcher(self.kubernetes_connector(), inventory.apply,
+                                        label_selector=self.inventory_node_selector,
+                                        executor=self.executor)
 
     def _use_pools(self, pools: dict[str, Pool]) -> None:
         self.pool_objects = pools
 
-    def kubernetes_core_api(self) -> Any:
-        from kubernetes import client, config
+    def kubernetes_connector(self) -> Callable[[], Awaitable[Any]]:
+        """How the node watch opens its ``kubernetes_asyncio`` client. Refuses (``ValueError``,
+        one sentence the service prints before exiting) when there is no way to reach the API."""
+        from kubernetes_asyncio import client, config
 
         if self.inventory_kubeconfig:
-            return client.CoreV1Api(config.new_client_from_config(self.inventory_kubeconfig))
-        config.load_incluster_config()
-        return client.CoreV1Api()
+            path = self.inventory_kubeconfig
+            if not os.path.isfile(path):
+                raise ValueError(f"inventory_kubeconfig {path} does not exist.")
+            return lambda: config.new_client_from_config(config_file=path)
+        missing = [name for name in IN_CLUSTER_VARIABLES if not os.environ.get(name)]
+        if missing:
+            raise ValueError(
+                f"inventory_from_nodes needs the Kubernetes API, but {' and '.join(missing)} "
+                "is not in the service's environment (the Hub starts a managed service with only "
+                "env_keep and its own 'environment': jhub_gpubooking.configure(c) passes them on) "
+                "and inventory_kubeconfig is empty."
+            )
+        configuration = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException as error:
+            raise ValueError(
+                f"inventory_from_nodes cannot use the pod's service account: {error}"
+            ) from None
+
+        async def connect() -> Any:
+            return client.ApiClient(configuration)
+
+        return connect
 
     def start_cluster_integration(self) -> None:
         """Start the node watcher and the webhook server (inside the running event loop)."""
@@ -164,4 +191,5 @@ class ClusterIntegration(HasTraits):
         if self.webhook_server is not None:
             self.webhook_server.stop()
         if self.node_watcher is not None:
-            self.node_watcher.stop(timeout=1)
+            # the task closes its connection when cancelled (at the latest when the loop ends)
+            self.node_watcher.stop()

@@ -18,7 +18,7 @@ from jhub_gpubooking.service.app import GPUBookingService
 
 REPO = Path(__file__).parents[2]
 WEBHOOK = REPO / "helm-values" / "webhook"
-Z2JH = REPO.parent / "shared" / "z2jh"
+Z2JH = REPO / "vendor" / "z2jh"  # the chart's defaults and schema, vendored
 MANIFEST_FILES = ["cert-manager.yaml", "service.yaml", "webhook-configurations.yaml"]
 STRICT_GROUPS = ("v1", "admissionregistration.k8s.io/v1", "networking.k8s.io/v1",
                  "rbac.authorization.k8s.io/v1")
