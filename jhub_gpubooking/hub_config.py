@@ -118,7 +118,8 @@ def configure(
       ``http://127.0.0.1:10101``); ``command`` defaults to this Python running
       ``jhub_gpubooking.service`` with ``--config config_file``.
     - **Its environment**: the Hub's values of ``pass_environment`` (default
-      :data:`HUB_POD_ENVIRONMENT`), then ``environment``.
+      :data:`HUB_POD_ENVIRONMENT`), overridden by the entry's ``environment``, then by
+      ``environment``.
     - **Roles**: :data:`SERVICE_SCOPES` merged into the role ``<name>-service`` (created if
       missing, keeping any scope it already has, e.g. ``read:groups`` for the webhook's group
       owners); ``access:services!service=<name>`` merged into ``user_role`` (a new ``user`` role
@@ -153,8 +154,9 @@ def configure(
     service["oauth_client_allowed_scopes"] = _add_missing(
         service.get("oauth_client_allowed_scopes") or (), OAUTH_SCOPES
     )
+    # what the entry already sets for the service wins over what the hub's process happens to have
     passed = {key: os.environ[key] for key in pass_environment if key in os.environ}
-    service["environment"] = {**(service.get("environment") or {}), **passed,
+    service["environment"] = {**passed, **(service.get("environment") or {}),
                               **(environment or {})}
     token = api_token or service.get("api_token") or secrets.token_hex(32)
     service["api_token"] = token
