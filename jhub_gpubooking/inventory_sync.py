@@ -31,7 +31,7 @@ from .inventory import pools_from_nodes, unplaceable_bookings
 from .service.api import APIHandler
 
 if TYPE_CHECKING:
-    from kubernetes_asyncio.client import ApiClient, CoreV1Api
+    from kubernetes_asyncio.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +120,20 @@ class ClusterInventory:
         return pools
 
 
+def _is_transient(error: Exception) -> bool:
+    """An API or network failure (or a credential not readable yet): retried, not a bug."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from kubernetes_asyncio.config import ConfigException
+
+    return isinstance(error, (ApiException, ConfigException, aiohttp.ClientError,
+                              asyncio.TimeoutError, OSError, ValueError))
+
+
 class NodeWatcher:
     """List, then watch nodes in an asyncio task; relist when the watch expires (410) or fails.
 
-    ``connect`` opens the ``kubernetes_asyncio`` API client (in the task, so a kubeconfig with an
-    exec plugin runs inside the event loop); ``on_nodes`` is synchronous (it writes to the
+    ``connect`` opens the ``kubernetes_asyncio`` API client, in the task: loading the client
+    takes seconds, and the service must answer the Hub first. ``on_nodes`` is synchronous (it writes to the
     database) and runs in ``executor``, so the service keeps answering while it does.
     """
 
@@ -151,23 +160,19 @@ class NodeWatcher:
         return self._task
 
     async def _run(self) -> None:
-        from kubernetes_asyncio.client import CoreV1Api
-        from kubernetes_asyncio.client.exceptions import ApiException
-        from kubernetes_asyncio.config import ConfigException
-
         api_client = None
         try:
             while True:
                 try:
                     if api_client is None:
                         api_client = await self.connect()
-                    await self._list_and_watch(CoreV1Api(api_client))
-                except (ApiException, ConfigException, aiohttp.ClientError, asyncio.TimeoutError,
-                        ValueError) as error:
-                    log.warning("Node watch failed (%s); listing nodes again in %ss",
-                                error, self.retry_seconds)
-                except Exception:  # a bug must not end inventory sync for the service's lifetime
-                    log.exception("Applying the node inventory failed")
+                    await self._list_and_watch(api_client)
+                except Exception as error:
+                    if _is_transient(error):
+                        log.warning("Node watch failed (%s); listing nodes again in %ss",
+                                    error, self.retry_seconds)
+                    else:  # a bug must not end inventory sync for the service's lifetime
+                        log.exception("Applying the node inventory failed")
                 await asyncio.sleep(self.retry_seconds)
         finally:
             if api_client is not None:
@@ -178,9 +183,11 @@ class NodeWatcher:
             self.executor, self.on_nodes, list(nodes.values())
         )
 
-    async def _list_and_watch(self, api: "CoreV1Api") -> None:
+    async def _list_and_watch(self, api_client: "ApiClient") -> None:
         from kubernetes_asyncio import watch
+        from kubernetes_asyncio.client import CoreV1Api
 
+        api = CoreV1Api(api_client)
         reply = await api.list_node(label_selector=self.label_selector, _preload_content=False)
         async with reply:
             listing = json.loads(await reply.read())

@@ -9,6 +9,8 @@ service already runs in the hub pod where z2jh keeps the database credentials.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -132,32 +134,32 @@ class ClusterIntegration(HasTraits):
         self.pool_objects = pools
 
     def kubernetes_connector(self) -> Callable[[], Awaitable[Any]]:
-        """How the node watch opens its ``kubernetes_asyncio`` client. Refuses (``ValueError``,
-        one sentence the service prints before exiting) when there is no way to reach the API."""
-        from kubernetes_asyncio import client, config
-
-        if self.inventory_kubeconfig:
-            path = self.inventory_kubeconfig
-            if not os.path.isfile(path):
-                raise ValueError(f"inventory_kubeconfig {path} does not exist.")
-            return lambda: config.new_client_from_config(config_file=path)
+        """How the node watch opens its ``kubernetes_asyncio`` client. Checked now: refuses
+        (``ValueError``, one sentence the service prints before exiting) when there is no way to
+        reach the API. Run later, in the watch's task: the client's modules take seconds to
+        load, and the Hub gives a managed service ten seconds to answer."""
+        path = self.inventory_kubeconfig
+        if path and not os.path.isfile(path):
+            raise ValueError(f"inventory_kubeconfig {path} does not exist.")
         missing = [name for name in IN_CLUSTER_VARIABLES if not os.environ.get(name)]
-        if missing:
+        if not path and missing:
             raise ValueError(
                 f"inventory_from_nodes needs the Kubernetes API, but {' and '.join(missing)} "
-                "is not in the service's environment (the Hub starts a managed service with only "
-                "env_keep and its own 'environment': jhub_gpubooking.configure(c) passes them on) "
-                "and inventory_kubeconfig is empty."
+                f"{'is' if len(missing) == 1 else 'are'} not set in the service's environment "
+                "(the Hub starts a managed service with only env_keep and its own 'environment': "
+                "jhub_gpubooking.configure(c) passes them on) and inventory_kubeconfig is empty."
             )
-        configuration = client.Configuration()
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException as error:
-            raise ValueError(
-                f"inventory_from_nodes cannot use the pod's service account: {error}"
-            ) from None
 
         async def connect() -> Any:
+            # loaded in a thread, so the service keeps answering meanwhile
+            await asyncio.to_thread(importlib.import_module, "kubernetes_asyncio.config")
+            from kubernetes_asyncio import client, config
+
+            if path:
+                return await config.new_client_from_config(config_file=path)
+            configuration = client.Configuration()
+            # the pod's service account: token and CA mounted by Kubernetes
+            config.load_incluster_config(client_configuration=configuration)
             return client.ApiClient(configuration)
 
         return connect
