@@ -45,7 +45,7 @@ if os.environ.get("DEMO_ADMIN_TOKEN"):
 # "gpu-booking-service", the page's access scope merged into the "user" role (its "self" kept),
 # one API token shared by the service and the spawner, and GPUBookingSpawner as the spawner:
 # a KubeSpawner that only gives GPUs to booked users.
-import jhub_gpubooking  # noqa: E402
+import jhub_gpubooking
 
 jhub_gpubooking.configure(
     c,

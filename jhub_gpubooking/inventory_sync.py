@@ -137,7 +137,7 @@ class NodeWatcher:
     database) and runs in ``executor``, so the service keeps answering while it does.
     """
 
-    def __init__(self, connect: Callable[[], Awaitable["ApiClient"]],
+    def __init__(self, connect: Callable[[], Awaitable[ApiClient]],
                  on_nodes: Callable[[list[dict]], Any], label_selector: str = "",
                  watch_seconds: int = 300, retry_seconds: float = 5.0,
                  executor: Executor | None = None):
@@ -183,7 +183,7 @@ class NodeWatcher:
             self.executor, self.on_nodes, list(nodes.values())
         )
 
-    async def _list_and_watch(self, api_client: "ApiClient") -> None:
+    async def _list_and_watch(self, api_client: ApiClient) -> None:
         from kubernetes_asyncio import watch
         from kubernetes_asyncio.client import CoreV1Api
 

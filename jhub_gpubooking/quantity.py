@@ -24,16 +24,17 @@ _BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 
 def parse_quantity(quantity: object) -> Decimal:
     """The value of a quantity: a string in Kubernetes' form, or an int, float or Decimal (the
-    JSON numbers KubeSpawner sends). Raises ``ValueError`` for anything else."""
+    JSON numbers KubeSpawner sends). Raises ``ValueError`` for a malformed one, ``TypeError``
+    for any other type."""
     if isinstance(quantity, bool):
-        raise ValueError(f"{quantity!r} is not a quantity")
+        raise TypeError(f"{quantity!r} is not a quantity")
     if isinstance(quantity, (int, float, Decimal)):
         value = Decimal(quantity)
         if not value.is_finite():
             raise ValueError(f"{quantity!r} is not a quantity")
         return value
     if not isinstance(quantity, str):
-        raise ValueError(f"{quantity!r} is not a quantity")
+        raise TypeError(f"{quantity!r} is not a quantity")
     match = _QUANTITY.fullmatch(quantity)
     if match is None:
         raise ValueError(f"{quantity!r} is not a quantity")

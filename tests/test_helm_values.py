@@ -15,11 +15,6 @@ from jsonschema import Draft7Validator
 from kubernetes_asyncio.config import kube_config
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
-
-from jhub_gpubooking import spawner
-from jhub_gpubooking.core.model import KNOWN_BACKENDS, Pool
-from jhub_gpubooking.core.timegrid import format_time, parse_time
-from jhub_gpubooking.hub_config import SERVICE_SCOPES
 from z2jh_values import (
     HELM_VALUES,
     SERVICE_NAME,
@@ -29,6 +24,11 @@ from z2jh_values import (
     merged_values,
     run_hub_config,
 )
+
+from jhub_gpubooking import spawner
+from jhub_gpubooking.core.model import KNOWN_BACKENDS, Pool
+from jhub_gpubooking.core.timegrid import format_time, parse_time
+from jhub_gpubooking.hub_config import SERVICE_SCOPES
 
 VARIANTS = ["values-postgresql.yaml", "values-sqlite-pvc.yaml"]
 POSTGRES_URL = "postgresql+psycopg://gpubooking:secret@postgres.db.svc:5432/gpubooking"

@@ -109,5 +109,5 @@ def run_hub_config(values: dict, monkeypatch, environ: dict[str, str]) -> Config
         {"name": key, **role} for key, role in z2jh.get_config("hub.loadRoles", {}).items()
     ]
     for _key, snippet in sorted(z2jh.get_config("hub.extraConfig", {}).items()):
-        exec(snippet, {"c": c})
+        exec(snippet, {"c": c})  # noqa: S102 (what the hub image does with hub.extraConfig)
     return c

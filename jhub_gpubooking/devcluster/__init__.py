@@ -14,9 +14,9 @@ except ImportError as error:
         f"The simulated cluster needs {error.name}: pip install 'jhub-gpubooking[devcluster]'."
     ) from error
 
-from .cluster import DevCluster, kubeconfig, load_nodes_file, write_kubeconfig  # noqa: E402
-from .errors import ApiError  # noqa: E402
-from .scheduler import gpu_node, node_from_config, node_manifest  # noqa: E402
+from .cluster import DevCluster, kubeconfig, load_nodes_file, write_kubeconfig
+from .errors import ApiError
+from .scheduler import gpu_node, node_from_config, node_manifest
 
 __all__ = [
     "ApiError",

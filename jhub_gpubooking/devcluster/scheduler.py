@@ -13,7 +13,6 @@ import logging
 from collections import Counter
 from decimal import Decimal
 
-
 from ..quantity import parse_quantity
 from .errors import ApiError
 from .store import Change, ObjectStore, utc_timestamp

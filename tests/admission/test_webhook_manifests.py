@@ -13,11 +13,11 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version, major_minor
 from traitlets.config.loader import PyFileConfigLoader
+from z2jh_values import chart_defaults_and_schema, merged_values, run_hub_config
 
 from jhub_gpubooking.hub_config import SERVICE_SCOPES
 from jhub_gpubooking.inventory import pools_from_nodes
 from jhub_gpubooking.service.app import GPUBookingService
-from z2jh_values import chart_defaults_and_schema, merged_values, run_hub_config
 
 REPO = Path(__file__).parents[2]
 WEBHOOK = REPO / "helm-values" / "webhook"
