@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import Conflict, PolicyViolation
 from .model import Booking, BookingState, format_amount
-from .timegrid import as_utc, ceil_to_grid
+from .timegrid import as_utc
 
 PERIODS = ("week", "month")
 _PERIOD_DAYS = {"week": Fraction(7), "month": Fraction(36525, 1200)}  # a month on average
@@ -377,11 +377,16 @@ def _check_budget(policy: Policy, request: Booking, others: list[Booking], now: 
 # ---------------------------------------------------------------- cancelling
 
 
-def cancel_outcome(booking: Booking, now: datetime, slot_minutes: int) -> Booking:
-    """The booking after its user cancels it at ``now``.
+#: ``release_reason`` of an active booking its owner or an administrator ended early.
+ENDED_EARLY = "ended"
 
-    Upcoming bookings are cancelled outright. Active ones end at the next grid point (the time
-    already begun stays booked, and is charged), or are cancelled if they began just now.
+
+def cancel_outcome(booking: Booking, now: datetime) -> Booking:
+    """The booking after its user cancels it (or ends it) at ``now``.
+
+    Upcoming bookings are cancelled outright. Active ones end **now** ("End now"): the time
+    already used stays booked (and charged), the rest is free at once; one that began just now
+    is cancelled.
     """
     label = f"Booking {booking.id}" if booking.id is not None else "This booking"
     state = booking.state(now)
@@ -391,12 +396,9 @@ def cancel_outcome(booking: Booking, now: datetime, slot_minutes: int) -> Bookin
         raise Conflict(
             f"{label} already ended at {_when(booking.end)}; there is nothing to cancel."
         )
-    if state is BookingState.UPCOMING:
+    if state is BookingState.UPCOMING or now <= booking.start:
         return booking.with_changes(status="cancelled")
-    new_end = min(ceil_to_grid(now, slot_minutes), booking.end)
-    if new_end <= booking.start:
-        return booking.with_changes(status="cancelled")
-    return booking.with_changes(end=new_end)
+    return booking.with_changes(end=now, release_reason=ENDED_EARLY)
 
 
 # ---------------------------------------------------------------- wording

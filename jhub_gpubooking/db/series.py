@@ -138,7 +138,7 @@ def cancel_series(store: BookingStore, series_id: int, actor: str | None) -> Ser
             booking = booking_from_row(row)
             if booking.state(now) not in (BookingState.UPCOMING, BookingState.ACTIVE):
                 continue
-            outcome = booking_policy.cancel_outcome(booking, now, store.slot_minutes)
+            outcome = booking_policy.cancel_outcome(booking, now)
             if outcome.status == "cancelled":
                 store._record(session, row, actor, kind, series_id=series_id)
                 row.status = "cancelled"
@@ -148,6 +148,7 @@ def cancel_series(store: BookingStore, series_id: int, actor: str | None) -> Ser
                     old_end=format_time(row.end), new_end=format_time(outcome.end),
                 )
                 row.end = outcome.end
+                row.release_reason = outcome.release_reason
             row.updated = store._stamp()
         return _series(series_row, rows)
 

@@ -144,11 +144,15 @@ class BookingStore:
     def _overlapping(
         self, session: Session, pool: str, start: datetime, end: datetime
     ) -> tuple[list[Booking], list[MaintenanceWindow]]:
-        """Bookings holding capacity and maintenance windows of ``pool`` that touch [start, end)."""
+        """Bookings holding capacity and maintenance windows of ``pool`` that touch [start, end).
+
+        A booking that has ended holds nothing any more, even inside the running slot: one
+        ended early ("End now") frees its GPUs for a booking of the current slot at once.
+        """
         bookings = session.scalars(
             select(BookingRow).where(
                 BookingRow.pool == pool,
-                BookingRow.end > start,
+                BookingRow.end > max(as_utc(start), self._now()),
                 BookingRow.start < end,
                 BookingRow.status == "booked",
             )
@@ -364,12 +368,14 @@ class BookingStore:
         return self.list(user=user, state=BookingState.UPCOMING)
 
     def cancel(self, booking_id: int, actor: str | None) -> Booking:
-        """Cancel an upcoming booking; an active one ends at the next grid point instead."""
-        now = self._now()
+        """Cancel an upcoming booking; an active one ends now ("End now"): state ``ended``, the
+        rest of its time free at once, no longer counted by the user's limits, never claimed
+        again. Its server is the caller's to stop."""
+        now = self._stamp()
         with self._transaction(write=True) as session:
             row = self._lock_booking(session, booking_id)
             booking = booking_from_row(row)
-            outcome = booking_policy.cancel_outcome(booking, now, self.slot_minutes)
+            outcome = booking_policy.cancel_outcome(booking, now)
             # the time already used stays booked (history, budget); the rest is freed
             kind = "cancelled" if actor == row.user else "force_cancelled"
             if outcome.status == "cancelled":
@@ -385,6 +391,7 @@ class BookingStore:
                     new_end=format_time(outcome.end),
                 )
                 row.end = outcome.end
+                row.release_reason = outcome.release_reason
             row.updated = self._stamp()
             return booking_from_row(row)
 

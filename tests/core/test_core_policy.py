@@ -10,7 +10,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from jhub_gpubooking.core.errors import Conflict, PolicyViolation
-from jhub_gpubooking.core.model import Booking
+from jhub_gpubooking.core.model import Booking, BookingState
 from jhub_gpubooking.core.policy import (
     Policy,
     budget_used,
@@ -329,7 +329,7 @@ def test_a_booking_larger_than_the_whole_budget_says_so(at):
 def test_a_booking_cut_short_is_charged_to_its_new_end(at):
     policy = Policy(budget_gpu_hours=10)
     long_one = _booking("a100", 2, at(1), at(6), id=1)
-    cut = cancel_outcome(long_one, at(3, 5), slot_minutes=15)
+    cut = cancel_outcome(long_one, at(3, 15))
     assert cut.end == at(3, 15)
     assert budget_used(policy, [cut], at(9)) == Fraction(9, 2)
     check_booking(policy, _booking("a100", 1, at(12), at(17)), [cut], at(9))
@@ -370,19 +370,19 @@ def test_an_extension_is_checked_against_the_new_shape(at):
 
 def test_cancelling_an_upcoming_booking_cancels_it(at):
     upcoming = _booking("a100", 1, at(10), at(12), id=3)
-    assert cancel_outcome(upcoming, at(9), 15) == upcoming.with_changes(status="cancelled")
+    assert cancel_outcome(upcoming, at(9)) == upcoming.with_changes(status="cancelled")
 
 
-def test_cancelling_an_active_booking_ends_it_at_the_next_grid_point(at):
+def test_ending_an_active_booking_ends_it_now(at):
     active = _booking("a100", 1, at(8), at(12), id=3)
-    assert cancel_outcome(active, at(9, 1), 15) == active.with_changes(end=at(9, 15))
-    assert cancel_outcome(active, at(9, 15), 15) == active.with_changes(end=at(9, 15))
-    assert cancel_outcome(active, at(11, 50), 30) == active.with_changes(end=at(12))
+    ended = cancel_outcome(active, at(9, 1))
+    assert ended == active.with_changes(end=at(9, 1), release_reason="ended")
+    assert ended.state(at(9, 1)) is BookingState.ENDED
 
 
 def test_cancelling_at_the_first_instant_cancels_outright(at):
     starting = _booking("a100", 1, at(9), at(12), id=3)
-    assert cancel_outcome(starting, at(9), 15) == starting.with_changes(status="cancelled")
+    assert cancel_outcome(starting, at(9)) == starting.with_changes(status="cancelled")
 
 
 @pytest.mark.parametrize(
@@ -396,5 +396,5 @@ def test_cancelling_at_the_first_instant_cancels_outright(at):
 def test_cancelling_twice_or_too_late_is_a_conflict(at, changes, message):
     past = _booking("a100", 1, at(7), at(8), **changes)
     with pytest.raises(Conflict) as refused:
-        cancel_outcome(past, at(9), 15)
+        cancel_outcome(past, at(9))
     assert (refused.value.message, refused.value.status) == (message, 409)

@@ -126,16 +126,26 @@ def test_cancelling_an_upcoming_booking_frees_it_and_keeps_history(store):
         store.cancel(booking.id, actor="alice")
 
 
-def test_cancelling_an_active_booking_ends_it_at_the_next_grid_point(store):
-    booking = store.create("alice", "a100", 1, at(10), at(12))
-    cancelled = store.cancel(booking.id, actor="alice")
-    assert (cancelled.status, cancelled.end) == ("booked", at(10, 15))
+def test_ending_an_active_booking_ends_it_now_and_frees_the_rest(make_store, clock):
+    store = make_store(default_policy={"max_bookings": 1})
+    booking = store.create("alice", "a100", 4, at(10), at(12))  # the whole pool
+    clock.set(at(10, 7).replace(second=30))
+    ended = store.cancel(booking.id, actor="alice")
+    assert (ended.status, ended.end, ended.release_reason) == ("booked", at(10, 7).replace(second=30), "ended")
+    assert ended.state(clock.now()) is BookingState.ENDED
     events = store.history(booking.id)
     assert [e.kind for e in events] == ["created", "cancelled"]
     assert events[1].detail == {
         "old_end": "2030-01-07T12:00:00Z",
-        "new_end": "2030-01-07T10:15:00Z",
+        "new_end": "2030-01-07T10:07:30Z",
     }
+    with pytest.raises(Conflict, match="is ended and can no longer be used"):
+        store.claim(booking.id, "")
+    assert store.active_for_user("alice") == []
+    # the same GPUs, in the same running slot, for someone else; and alice's limit is free again
+    assert store.create("bob", "a100", 4, at(10), at(11)).placement.gpus == ended.placement.gpus
+    store.cancel(store.list(user="bob")[0].id, actor="bob")
+    assert store.create("alice", "a100", 2, at(10), at(11)).user == "alice"
 
 
 def test_an_admin_cancelling_someone_elses_booking_is_recorded_as_forced(store):
