@@ -33,8 +33,11 @@ __all__ = [
 
 #: What the booking service calls on the Hub API, and so what its role must grant:
 #: look users up (GET users/{name}: their groups decide the policy, their servers whether a
-#: claim is still held), and stop the servers whose booking ended (DELETE users/{name}/servers).
-SERVICE_SCOPES = ("list:users", "read:users:groups", "read:servers", "delete:servers")
+#: claim is still held, and each server's state which booking it runs on), and stop the servers
+#: whose booking ended (DELETE users/{name}/servers). The service refuses to start without them.
+SERVICE_SCOPES = (
+    "list:users", "read:users:groups", "read:servers", "admin:server_state", "delete:servers"
+)
 
 #: Scopes the service's OAuth tokens carry, so the page sees the logged-in user's groups
 #: (group policies, ``admin_groups``); ``!user`` limits it to the user's own groups.

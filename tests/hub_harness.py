@@ -40,6 +40,8 @@ from pathlib import Path
 
 import httpx
 
+from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY
+
 PASSWORD = "correct-horse-battery"
 SERVICE_NAME = "gpu-booking"
 SERVICE_TOKEN = "gpu-booking-service-token-" + secrets.token_hex(8)
@@ -239,7 +241,7 @@ def hub_config(
                 "name": "gpu-booking-service",
                 "services": [{SERVICE_NAME!r}],
                 "scopes": ["list:users", "read:users", "read:users:groups", "read:servers",
-                           "delete:servers"],
+                           "admin:server_state", "delete:servers"],
             }},
             {{
                 "name": "test-admin",
@@ -394,9 +396,24 @@ def new_postgres_database() -> Iterator[str]:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-# a real single-user server run as the test's own OS user, so the Hub has something to stop
+# a real single-user server run as the test's own OS user, so the Hub has something to stop.
+# It keeps the booking it runs on in its Hub state under the key GPUBookingSpawner uses
+# (taken from the start's options, ``{"gpu_booking_id": id}``): the service stops a server only
+# for the booking it runs on, and reads that from the state.
 REAL_SERVER_HUB_CONFIG = f"""
-c.JupyterHub.spawner_class = "simple"
+from jupyterhub.spawner import SimpleLocalProcessSpawner
+
+
+class BookingStateSpawner(SimpleLocalProcessSpawner):
+    def get_state(self):
+        state = super().get_state()
+        booking_id = (self.user_options or {{}}).get({SERVER_STATE_BOOKING_KEY!r})
+        if booking_id is not None:
+            state[{SERVER_STATE_BOOKING_KEY!r}] = booking_id
+        return state
+
+
+c.JupyterHub.spawner_class = BookingStateSpawner
 c.Spawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser", "--allow-root"]
 # answer the start request at once (202) and let the test poll for readiness
 c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}

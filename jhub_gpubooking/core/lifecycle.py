@@ -8,8 +8,10 @@ and the mail server. Keeping the rules here lets tests replay a day of bookings 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from .model import Booking, BookingState
 from .timegrid import ceil_to_grid
@@ -105,3 +107,34 @@ def _release_reason(
     ):
         return ReleaseReason.SERVER_STOPPED
     return None
+
+
+#: Key of a Hub server's state under which GPUBookingSpawner keeps the booking it claimed.
+SERVER_STATE_BOOKING_KEY = "gpu_booking_id"
+
+
+class ServerUse(str, enum.Enum):
+    """What the Hub says about the server holding a booking."""
+
+    ON_BOOKING = "on_booking"  # running (ready) on this booking
+    BUSY = "busy"  # starting or stopping: look again later, and count it as in use
+    NOT_ON_BOOKING = "not_on_booking"  # stopped, or running without this booking
+    UNKNOWN = "unknown"  # the Hub did not say (unreachable, or the service lacks scopes)
+
+
+def server_use(servers: Mapping[str, Any] | None, server: str, booking_id: int) -> ServerUse:
+    """How ``server`` uses booking ``booking_id``, from the Hub's ``servers`` of its user
+    (None: unknown). A server's state names its booking (needs ``admin:server_state``)."""
+    if servers is None:
+        return ServerUse.UNKNOWN
+    model = servers.get(server)
+    if model is None:
+        return ServerUse.NOT_ON_BOOKING
+    if model.get("pending") or not model.get("ready", True):
+        return ServerUse.BUSY
+    state = model.get("state")
+    if not isinstance(state, Mapping):
+        return ServerUse.UNKNOWN
+    if state.get(SERVER_STATE_BOOKING_KEY) == booking_id:
+        return ServerUse.ON_BOOKING
+    return ServerUse.NOT_ON_BOOKING

@@ -468,14 +468,14 @@ class BookingStore:
         self,
         booking_id: int,
         server: str,
-        is_running: Callable[[str], bool] | None = None,
+        is_running: Callable[[str], bool | None] | None = None,
     ) -> Booking:
         """Bind an active booking to ``server``; take it over only from a server known stopped."""
         holder = self.get(booking_id).server
         # ask about the other server before locking: the answer may take a Hub round trip
         holder_running = None
         if holder is not None and holder != server and is_running is not None:
-            holder_running = bool(is_running(holder))
+            holder_running = is_running(holder)  # None: unknown, which is not "stopped"
         now = self._now()
         with self._transaction(write=True) as session:
             row = self._lock_booking(session, booking_id)
@@ -506,12 +506,41 @@ class BookingStore:
         with self._transaction(write=True) as session:
             row = self._lock_booking(session, booking_id)
             if row.server == server:
-                self._record(session, row, row.user, "released", server=server)
-                row.server = None
-                row.claimed_at = None
-                row.updated = self._stamp()
-                close_usage(session, row, row.updated)
+                self._unbind(session, row, row.user, "released")
             return booking_from_row(row)
+
+    def expire_claim(self, booking_id: int, server: str, checked_at: datetime) -> Booking | None:
+        """Drop ``server``'s claim, found stale by a check of the Hub at ``checked_at`` (its
+        server stopped, or runs without this booking). A claim made since then, in the same
+        second or later, is newer than the check and kept. None when nothing was expired."""
+        checked_second = as_utc(checked_at).replace(microsecond=0)
+        with self._transaction(write=True) as session:
+            row = self._lock_booking(session, booking_id)
+            claimed_at = as_utc(row.claimed_at) if row.claimed_at else None
+            if row.server != server or claimed_at is None or claimed_at >= checked_second:
+                return None
+            self._unbind(session, row, None, "claim_expired")
+            return booking_from_row(row)
+
+    def _unbind(self, session: Session, row: BookingRow, actor: str | None, kind: str) -> None:
+        self._record(session, row, actor, kind, server=row.server)
+        row.server = None
+        row.claimed_at = None
+        row.updated = self._stamp()
+        close_usage(session, row, row.updated)
+
+    def held_except_prefix(self, prefix: str) -> list[tuple[Booking, datetime]]:
+        """Booked bookings held by a server whose name does not start with ``prefix`` (the Hub's
+        servers, leaving the webhook's ``pod:`` holders out), with their claim times."""
+        statement = (
+            select(BookingRow)
+            .where(BookingRow.status == "booked", BookingRow.server.is_not(None),
+                   ~BookingRow.server.startswith(prefix, autoescape=True))
+            .order_by(BookingRow.user, BookingRow.id)
+        )
+        with self._transaction() as session:
+            return [(booking_from_row(row), as_utc(row.claimed_at or row.updated))
+                    for row in session.scalars(statement)]
 
     def history(self, booking_id: int) -> list[BookingEvent]:
         with self._transaction() as session:

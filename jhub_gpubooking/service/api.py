@@ -12,11 +12,11 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
+from ..admission.review import holder_pod
 from ..core.errors import NotFound
+from ..core.lifecycle import ServerUse, server_use
 from ..core.model import BookingState, parse_amount
 from ..core.timegrid import ceil_to_grid, floor_to_grid, parse_time
 from .base import BaseHandler, refusal
@@ -187,6 +187,7 @@ class BookingHandler(APIHandler):
         if not principal.may_act_for(booking.user):
             raise refusal(403, "Only the booking's owner or an administrator may cancel it.")
         cancelled = await self.run_in_executor(self.store.cancel, booking.id, actor=principal.name)
+        await self.service.stop_ended_booking_server(cancelled)
         self.write_json(self.booking_model(cancelled))
 
 
@@ -206,27 +207,26 @@ class ClaimHandler(APIHandler):
             raise refusal(400, "'server' must be a server name (\"\" for the default server).")
         return body["server"]
 
-    async def hub_server_running(self, user: str, server: str) -> bool:
-        """Ask the Hub whether ``user``'s ``server`` is still active (needs read:servers)."""
-        url = url_path_join(self.hub_auth.api_url, "users", url_escape_path(user))
-        try:
-            response = await AsyncHTTPClient().fetch(
-                url, headers={"Authorization": f"token {self.hub_auth.api_token}"}
-            )
-        except HTTPClientError as error:
-            if error.code == 404:
-                return False
-            raise
-        return server in (json.loads(response.body).get("servers") or {})
+    async def holder_in_use(self, booking, holder: str) -> bool | None:
+        """Whether ``holder`` still uses ``booking``: True while its Hub server runs (or starts)
+        on it, False once the Hub shows it stopped or running without it, None when the Hub
+        cannot say (then the claim is refused: missing means unknown). A webhook ``pod:``
+        holder is the webhook's to release, so it counts as in use."""
+        if holder_pod(holder):
+            return True
+        servers = await self.service.hub_user_servers(booking.user)
+        use = server_use(servers, holder, booking.id)
+        return {ServerUse.ON_BOOKING: True, ServerUse.BUSY: True,
+                ServerUse.NOT_ON_BOOKING: False}.get(use)
 
     async def post(self, booking_id: str) -> None:
         server = self.server_name()
         booking = await self.readable_booking(booking_id)
         loop = asyncio.get_running_loop()
 
-        def is_running(other_server: str) -> bool:
+        def is_running(other_server: str) -> bool | None:
             # called by the store in an executor thread: hop onto the event loop for the Hub call
-            check = self.hub_server_running(booking.user, other_server)
+            check = self.holder_in_use(booking, other_server)
             future = asyncio.run_coroutine_threadsafe(check, loop)
             return future.result(timeout=HUB_CHECK_TIMEOUT_SECONDS)
 

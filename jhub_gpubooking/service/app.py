@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -23,6 +24,7 @@ from urllib.parse import urlparse
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from tornado.httpserver import HTTPServer
 from tornado.log import access_log
 from traitlets import Bool, Dict, Float, Instance, Integer, List, Unicode, default, validate
@@ -34,6 +36,7 @@ from ..core.clock import Clock, SystemClock
 from ..core.model import Pool
 from ..db.session import DEFAULT_DB_URL
 from ..db.stats import metrics_snapshot
+from ..hub_config import SERVICE_SCOPES
 from .api import api_routes
 from .base import BaseHandler
 from .feeds import feed_routes
@@ -48,6 +51,9 @@ from .planning import PlanningOptions, planning_routes
 #: Seconds the service waits, once told to stop, for requests in flight and database work;
 #: then it exits anyway (the z2jh hub pod has 30 s to stop the Hub and all its services).
 SHUTDOWN_SECONDS = 1.0
+
+#: Tries (one second apart) to ask the Hub for the service's own scopes at start.
+HUB_SCOPE_CHECK_ATTEMPTS = 3
 
 PATH_PARAMETER_PATTERNS = {"booking_id": r"\d+", "window_id": r"\d+", "series_id": r"\d+"}
 DEFAULT_PATH_PARAMETER_PATTERN = r"[^/]+"
@@ -455,9 +461,40 @@ class GPUBookingService(
             logging.shutdown()
             os._exit(0)
 
+    async def check_hub_scopes(self) -> None:
+        """Refuse to start, in one line, when the service's Hub role lacks a scope it needs
+        (SERVICE_SCOPES): without read:servers and admin:server_state a running server would
+        look stopped or unknown. A Hub that does not answer is only warned about."""
+        url = url_path_join(self.hub_api_url, "user")
+        headers = {"Authorization": f"token {self.api_token}"}
+        for attempt in range(HUB_SCOPE_CHECK_ATTEMPTS):
+            try:
+                response = await AsyncHTTPClient().fetch(url, headers=headers, request_timeout=5)
+                break
+            except HTTPClientError as error:
+                if error.code in (401, 403):
+                    self.log.critical("The Hub refuses this service's API token: %s", error)
+                    self.exit(2)
+                reason = error
+            except OSError as error:
+                reason = error
+            await asyncio.sleep(1)
+        else:
+            self.log.warning("Could not check this service's Hub scopes: %s", reason)
+            return
+        granted = set(json.loads(response.body).get("scopes") or ())
+        missing = [scope for scope in SERVICE_SCOPES if scope not in granted]
+        if missing:
+            self.log.critical(
+                "This service's Hub role lacks the scopes %s; grant them (see "
+                "jhub_gpubooking.configure or hub.loadRoles) and restart.", ", ".join(missing)
+            )
+            self.exit(2)
+
     async def serve(self) -> None:
         """Listen on ``service_url`` until SIGINT or SIGTERM (the Hub sends SIGINT first to stop
         a managed service, Kubernetes SIGTERM to the hub pod), then stop within 2 seconds."""
+        await self.check_hub_scopes()
         listen = urlparse(self.service_url)
         server = HTTPServer(self.tornado_app, xheaders=True)
         server.listen(listen.port or 80, listen.hostname or "127.0.0.1")

@@ -9,6 +9,7 @@ with a ManualClock's time. The rules themselves live in :mod:`jhub_gpubooking.co
 from __future__ import annotations
 
 import asyncio
+import json
 import smtplib
 from datetime import datetime, timedelta
 from email.message import EmailMessage
@@ -18,9 +19,9 @@ from jupyterhub.utils import url_escape_path, url_path_join
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Bool, Float, HasTraits, Integer, Unicode
 
-from ..admission.review import holder_pod
-from ..core.lifecycle import Action, ActionKind, LifecycleRules
-from ..core.model import Booking
+from ..admission.review import POD_HOLDER_PREFIX, holder_pod
+from ..core.lifecycle import Action, ActionKind, LifecycleRules, ServerUse, server_use
+from ..core.model import Booking, BookingState
 from ..db.lifecycle import BookingLifecycle
 from ..db.locks import DatabaseLock
 from ..db.session import unavailable_reason
@@ -116,6 +117,7 @@ class LifecycleService(HasTraits):
     async def lifecycle_tick(self, now: datetime | None = None) -> list[Action]:
         """Do what the lifecycle rules ask for at ``now``; returns the actions attempted."""
         now = now or self.clock.now()
+        await self.expire_stale_claims()
         actions = await self._in_executor(self.lifecycle.due, now)
         for action in actions:
             try:
@@ -147,13 +149,99 @@ class LifecycleService(HasTraits):
             await self.send_warning_email(booking)
         elif action.kind is ActionKind.STOP_SERVER and self.stop_servers_at_end:
             booking = await self._in_executor(self.store.get, action.booking_id)
-            pods = self.pod_claims if holder_pod(booking.server) else None
-            if await (pods.stop_pod(booking) if pods else
-                      self.stop_hub_server(booking.user, booking.server)):
-                await self._in_executor(
-                    self.lifecycle.mark_stop_requested, booking.id, booking.server
-                )
-                self.metrics.observe_server_stop()
+            await self.stop_holder(booking)
+
+    async def stop_holder(self, booking: Booking) -> None:
+        """Stop what holds ``booking``: the webhook's pod, or the Hub server (only when the Hub
+        says it runs on this booking, see :meth:`stop_booking_server`)."""
+        if not holder_pod(booking.server):
+            await self.stop_booking_server(booking)
+        elif await self.pod_claims.stop_pod(booking):
+            await self._in_executor(self.lifecycle.mark_stop_requested, booking.id, booking.server)
+            self.metrics.observe_server_stop()
+
+    async def stop_ended_booking_server(self, booking: Booking) -> None:
+        """"End now": stop the server of a booking that was just ended, at once (not after
+        end_grace_seconds); the user's notices say why. A failed stop is retried by the tick."""
+        ended = booking.state(self.clock.now()) is BookingState.ENDED
+        if ended and booking.server is not None and self.stop_servers_at_end:
+            await self.stop_holder(booking)
+
+    async def hub_user_servers(self, user: str) -> dict | None:
+        """``user``'s active servers as the Hub reports them ({} when the Hub has no such user).
+
+        None when the Hub cannot say: unreachable, or an answer without ``servers`` (the Hub
+        omits them when the token lacks read:servers). Missing means unknown, never stopped.
+        """
+        url = url_path_join(self.hub_api_url, "users", url_escape_path(user))
+        try:
+            response = await AsyncHTTPClient().fetch(
+                url,
+                headers={"Authorization": f"token {self.api_token}"},
+                request_timeout=HUB_STOP_TIMEOUT_SECONDS,
+            )
+        except HTTPClientError as error:
+            if error.code == 404:
+                return {}
+            self.log.warning("Hub refused to show the servers of %s: %s", user, error)
+            return None
+        except OSError as error:
+            self.log.warning("Hub unreachable to show the servers of %s: %s", user, error)
+            return None
+        servers = json.loads(response.body).get("servers")
+        return servers if isinstance(servers, dict) else None
+
+    async def stop_booking_server(self, booking: Booking) -> bool:
+        """Stop the Hub server holding ``booking`` only if the Hub says it runs on this booking.
+
+        A claim whose server stopped, or runs without this booking (another booking, a CPU
+        profile), expires instead: that server is not stopped. A server starting or stopping,
+        or a Hub that cannot say, is looked at again next tick. True once the Hub took a stop.
+        """
+        checked_at = self.clock.now()
+        servers = await self.hub_user_servers(booking.user)
+        use = server_use(servers, booking.server, booking.id)
+        if use is ServerUse.ON_BOOKING:
+            if not await self.stop_hub_server(booking.user, booking.server):
+                return False
+            await self._in_executor(self.lifecycle.mark_stop_requested, booking.id, booking.server)
+            self.metrics.observe_server_stop()
+            return True
+        if use is ServerUse.NOT_ON_BOOKING:
+            await self._expire_claim(booking, checked_at)
+        elif use is ServerUse.UNKNOWN:
+            self.log.warning(
+                "Not stopping server %r of %s: the Hub does not say whether it runs on booking "
+                "%s (the service's role needs read:servers and admin:server_state)",
+                booking.server, booking.user, booking.id,
+            )
+        return False
+
+    async def expire_stale_claims(self) -> None:
+        """Expire claims of Hub servers that stopped or run without their booking (a failed
+        release, a claim that completed after its start gave up, a pod gone without stop()).
+        The webhook's ``pod:`` claims are its own (admission/claims.py)."""
+        held = await self._in_executor(self.store.held_except_prefix, POD_HOLDER_PREFIX)
+        by_user: dict[str, list[Booking]] = {}
+        for booking, _claimed_at in held:
+            by_user.setdefault(booking.user, []).append(booking)
+        for user, bookings in by_user.items():
+            checked_at = self.clock.now()
+            servers = await self.hub_user_servers(user)
+            for booking in bookings:
+                if server_use(servers, booking.server, booking.id) is ServerUse.NOT_ON_BOOKING:
+                    await self._expire_claim(booking, checked_at)
+
+    async def _expire_claim(self, booking: Booking, checked_at: datetime) -> None:
+        expired = await self._in_executor(
+            self.store.expire_claim, booking.id, booking.server, checked_at
+        )
+        if expired is not None:
+            self.log.info(
+                "Claim of booking %s by server %r of %s expired: the Hub reports that server "
+                "stopped or running without this booking", booking.id, booking.server,
+                booking.user,
+            )
 
     async def stop_hub_server(self, user: str, server: str) -> bool:
         """Ask the Hub to stop ``user``'s ``server``; True once the Hub took it (or it is gone)."""

@@ -64,8 +64,8 @@ class OpportunisticService(HasTraits):
                 booking.id,
             )
             # a failed stop is retried by the lifecycle tick: the grant has ended
-            if grant.server is not None and await self.stop_hub_server(grant.user, grant.server):
-                await self._in_executor(self.lifecycle.mark_stop_requested, grant.id, grant.server)
+            if grant.server is not None:
+                await self.stop_booking_server(grant)
         return booking
 
     async def hub_user_groups(self, user: str) -> tuple[str, ...]:

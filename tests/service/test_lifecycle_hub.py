@@ -30,9 +30,6 @@ def hub(tmp_path_factory):
 
 def test_server_is_stopped_at_the_end_of_its_booking_and_reported_as_used(hub):
     admin = {"Authorization": f"token {hub.admin_token}"}
-    httpx.post(f"{hub.hub_api_url}/users/ada/server", headers=admin, timeout=60).raise_for_status()
-    wait_for(lambda: (hub_server(hub, "ada") or {}).get("ready"), "ada's server is ready", hub)
-
     now = datetime.now(timezone.utc)
     start = floor_to_grid(now, 1)
     end = ceil_to_grid(now + timedelta(seconds=20), 1)
@@ -43,6 +40,9 @@ def test_server_is_stopped_at_the_end_of_its_booking_and_reported_as_used(hub):
         )
         assert created.status_code == 201, created.text
         booking_id = created.json()["id"]
+    httpx.post(f"{hub.hub_api_url}/users/ada/server", headers=admin, timeout=60,
+               json={"gpu_booking_id": booking_id}).raise_for_status()
+    wait_for(lambda: (hub_server(hub, "ada") or {}).get("ready"), "ada's server is ready", hub)
     with hub.api(hub.service_token) as spawner:
         spawner.post(f"api/bookings/{booking_id}/claim", json={"server": ""}).raise_for_status()
 

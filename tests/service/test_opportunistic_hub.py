@@ -30,9 +30,6 @@ def hub(tmp_path_factory):
 
 def test_a_booking_preempts_an_opportunistic_server(hub):
     admin = {"Authorization": f"token {hub.admin_token}"}
-    httpx.post(f"{hub.hub_api_url}/users/ada/server", headers=admin, timeout=60).raise_for_status()
-    wait_for(lambda: (hub_server(hub, "ada") or {}).get("ready"), "ada's server is ready", hub)
-
     with hub.api(hub.service_token) as spawner:
         free = spawner.get("api/opportunistic").json()
         assert free["enabled"] is True
@@ -42,6 +39,9 @@ def test_a_booking_preempts_an_opportunistic_server(hub):
         assert granted.status_code == 201, granted.text
         grant = granted.json()
         assert (grant["user"], grant["opportunistic"], grant["gpus"]) == ("ada", True, 1)
+        httpx.post(f"{hub.hub_api_url}/users/ada/server", headers=admin, timeout=60,
+                   json={"gpu_booking_id": grant["id"]}).raise_for_status()
+        wait_for(lambda: (hub_server(hub, "ada") or {}).get("ready"), "ada's server is ready", hub)
         spawner.post(f"api/bookings/{grant['id']}/claim", json={"server": ""}).raise_for_status()
         assert spawner.get("api/opportunistic").json()["pools"][1] == {
             "pool": "shared",
