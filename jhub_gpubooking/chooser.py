@@ -46,13 +46,25 @@ def current_bookings(bookings: list[dict], pool_name: str, now: datetime) -> lis
     ]
 
 
-def claim_order(bookings: list[dict], server: str) -> list[dict]:
-    """Try the booking this server already holds, then unused ones, then ones held elsewhere."""
+#: ``user_options`` key of the booking the user chose (when several are active in a pool), and
+#: the prefix of its form field (one radio group per GPU profile: ``gpu-booking-<slug>``).
+BOOKING_OPTION = "gpu_booking"
+BOOKING_FIELD_PREFIX = "gpu-booking-"
+
+
+def claim_order(bookings: list[dict], server: str, chosen: int | None = None) -> list[dict]:
+    """The bookings a start tries, in order: only the chosen one if it is among them; else the
+    one this server already holds, then unused ones — the one that runs longest first, then the
+    largest — then ones held elsewhere."""
+    picked = [booking for booking in bookings if booking["id"] == chosen]
+    if picked:
+        return picked
 
     def preference(booking: dict) -> tuple:
         holder = booking.get("server")
         rank = 0 if holder == server else 1 if holder is None else 2
-        return (rank, booking["start"], booking["id"])
+        end = parse_time(booking["end"], "end").timestamp()
+        return (rank, -end, -booking["slices"], booking["id"])
 
     return sorted(bookings, key=preference)
 
@@ -66,6 +78,7 @@ def chooser_profiles(
     booking_page_url: str,
     now: datetime,
     opportunistic: dict | None = None,
+    server: str = "",
 ) -> dict[str, dict]:
     """Per GPU profile slug, what the chooser shows; ``pools`` None means the service is down.
 
@@ -88,6 +101,7 @@ def chooser_profiles(
             "label": pool_name,
             "enabled": False,
             "booking": None,
+            "choices": [],
             "upcoming": None,
             "note": SERVICE_UNAVAILABLE_MESSAGE,
             "booking_page_url": booking_page_url,
@@ -100,13 +114,23 @@ def chooser_profiles(
             entry["note"] = f"The GPU pool '{pool_name}' is not offered by the booking service."
             continue
         entry["label"] = gpu_label(pool)
-        booked = current_bookings(active, pool_name, now)
+        booked = claim_order(current_bookings(active, pool_name, now), server)
         if booked:
-            booking = max(booked, key=lambda b: b["end"])
+            choices = [
+                {
+                    "id": booking["id"],
+                    "share": share_text(booking, pool),
+                    "end": booking["end"],
+                    "server": booking.get("server"),
+                }
+                for booking in booked
+            ]
+            # several active bookings: the user picks one (the first is what a start takes)
             entry.update(
                 enabled=True,
                 note="",
-                booking={"share": share_text(booking, pool), "end": booking["end"]},
+                booking={"share": choices[0]["share"], "end": choices[0]["end"]},
+                choices=choices if len(choices) > 1 else [],
             )
             continue
         entry["note"] = f"You have no active {entry['label']} booking right now."

@@ -21,6 +21,8 @@ from tornado import web
 from traitlets import Callable, Dict, Float, Integer, Unicode, Union, default
 
 from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
+    BOOKING_FIELD_PREFIX,
+    BOOKING_OPTION,
     SERVICE_UNAVAILABLE_MESSAGE,
     checked_profile,
     chooser_profiles,
@@ -32,6 +34,7 @@ from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
 )
 from .client import BookingClient, BookingRefused, BookingServiceUnavailable
 from .core.clock import SystemClock
+from .core.lifecycle import SERVER_STATE_BOOKING_KEY
 from .core.model import Booking, Placement, Pool, format_amount
 from .core.timegrid import parse_time
 from .gpu import PodSettings, booking_pod_settings
@@ -47,8 +50,9 @@ _POOL_KEYS = (
     "backend", "gpu_uuids", "node_selector", "resource_name", "description",
 )
 
-#: Key under which the claimed booking id survives Hub restarts in the spawner state.
-_STATE_KEY = "gpu_booking_id"
+#: Key under which the claimed booking id survives Hub restarts in the spawner state; the
+#: service reads it (admin:server_state) to stop a server only for the booking it runs on.
+_STATE_KEY = SERVER_STATE_BOOKING_KEY
 
 
 def booking_refusal(message: str, *, reason: str, status_code: int = 403) -> web.HTTPError:
@@ -260,6 +264,7 @@ class GPUBookingSpawner(KubeSpawner):
             booking_page_url=self.booking_page_url,
             now=now,
             opportunistic=opportunistic,
+            server=self.name,
         )
         saved = (self.user_options or {}).get("profile")
         return self._chooser_template().render(
@@ -267,6 +272,7 @@ class GPUBookingSpawner(KubeSpawner):
             user_options=self.user_options or {},
             gpu=gpu,
             checked=checked_profile(profiles, gpu, saved),
+            booking_field_prefix=BOOKING_FIELD_PREFIX,
         )
 
     async def _opportunistic_availability(self) -> dict | None:
@@ -362,7 +368,9 @@ class GPUBookingSpawner(KubeSpawner):
                 reason="gpu_pool_unknown",
             )
         candidates = claim_order(
-            current_bookings(active, pool_name, SystemClock().now()), self.name
+            current_bookings(active, pool_name, SystemClock().now()),
+            self.name,
+            self._chosen_booking_id(),
         )
         if not candidates:
             candidates = [await self._opportunistic_grant(pool)]
@@ -395,6 +403,30 @@ class GPUBookingSpawner(KubeSpawner):
             reason="gpu_booking_in_use",
             status_code=409,
         )
+
+    def _chosen_booking_id(self) -> int | None:
+        """The booking the user picked in the chooser (several active in one pool), if any."""
+        chosen = (self.user_options or {}).get(BOOKING_OPTION)
+        if chosen is None or chosen == "":
+            return None
+        try:
+            return int(chosen)
+        except (TypeError, ValueError):
+            raise booking_refusal(
+                f"'{BOOKING_OPTION}' must be the number of one of your bookings.",
+                reason="invalid_options",
+                status_code=400,
+            ) from None
+
+    def _options_from_form(self, formdata: dict) -> dict:
+        """KubeSpawner's options, plus the booking picked for the chosen GPU profile."""
+        profile = formdata.get("profile", [None])[0]
+        picked = formdata.get(f"{BOOKING_FIELD_PREFIX}{profile}", [None])[0]
+        rest = {k: v for k, v in formdata.items() if not k.startswith(BOOKING_FIELD_PREFIX)}
+        options = super()._options_from_form(rest)
+        if picked:
+            options[BOOKING_OPTION] = picked
+        return options
 
     async def _opportunistic_grant(self, pool: dict) -> dict:
         """Without a booking, a grant on GPUs nobody booked (when the service allows it)."""

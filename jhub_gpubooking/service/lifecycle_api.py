@@ -11,6 +11,7 @@ from tornado import web
 
 from ..core.accounting import GROUPINGS, Report
 from ..core.model import Booking, BookingState, format_amount
+from ..core.policy import ENDED_EARLY
 from ..core.timegrid import ceil_to_grid, floor_to_grid, format_time
 from ..db.accounting import running_usage, usage_report
 from .api import APIHandler
@@ -57,7 +58,19 @@ def notices_json(
                 }
             )
         reason = booking.release_reason
-        if reason and booking.end > now - timedelta(hours=RELEASE_NOTICE_HOURS):
+        recent = booking.end > now - timedelta(hours=RELEASE_NOTICE_HOURS)
+        if reason == ENDED_EARLY and recent:
+            notices.append(
+                {
+                    "kind": "ended",
+                    "booking_id": booking.id,
+                    "at": format_time(booking.end),
+                    "message": f"Your booking #{booking.id} in pool {booking.pool} was ended at "
+                    f"{_clock(booking.end)} (End now); its server was stopped and the rest of "
+                    "its time is free for others.",
+                }
+            )
+        elif reason and recent:
             why = RELEASE_MESSAGES.get(reason, reason).format(minutes=minutes.get(reason, 0))
             notices.append(
                 {

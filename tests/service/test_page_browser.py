@@ -267,6 +267,21 @@ def test_user_extends_by_a_slot_picks_a_new_end_and_cancels(hub, context):
     assert "cancelled" in row.inner_text()
 
 
+def test_end_now_ends_an_active_booking_at_once(hub, context):
+    now = datetime.now(timezone.utc)
+    start = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0)
+    booking = book_through_api(hub, "bob", "shared", "0.25", start, start + timedelta(hours=1))
+    page = open_page(context, hub, "bob")
+    row = page.locator(f'#gb-my-bookings tr[data-booking-id="{booking["id"]}"]')
+    row.get_by_role("button", name=re.compile(f"^End now booking {booking['id']} ")).click()
+    page.wait_for_function(
+        "document.querySelector('#gb-mine-feedback').textContent.includes('has ended')"
+    )
+    ended = api_bookings(hub, "bob")[booking["id"]]
+    assert (ended["state"], ended["release_reason"]) == ("ended", "ended")
+    assert datetime.fromisoformat(ended["end"].replace("Z", "+00:00")) <= datetime.now(timezone.utc)
+
+
 def test_calendar_link_is_shown_once_and_can_be_reset(hub, context):
     page = open_page(context, hub, "bob")
     first_link = page.locator("#gb-feed-url").input_value()

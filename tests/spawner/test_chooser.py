@@ -13,6 +13,7 @@ from jhub_gpubooking.spawner import (
     GPUBookingSpawner,
     checked_profile,
     chooser_profiles,
+    claim_order,
 )
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
@@ -50,6 +51,7 @@ def test_chooser_profiles_describe_each_gpu_profile(make_booking):
             "label": "A100",
             "enabled": True,
             "booking": {"share": "0.5 × A100", "end": "2026-03-02T18:00:00Z"},
+            "choices": [],
             "upcoming": None,
             "note": "",
             "booking_page_url": "/lab/services/gpu-booking/",
@@ -59,6 +61,7 @@ def test_chooser_profiles_describe_each_gpu_profile(make_booking):
             "label": "T4 pool",
             "enabled": False,
             "booking": None,
+            "choices": [],
             "upcoming": {"share": "1 × T4 pool", "start": "2026-03-02T15:00:00Z"},
             "note": "You have no active T4 pool booking right now.",
             "booking_page_url": "/lab/services/gpu-booking/",
@@ -68,6 +71,7 @@ def test_chooser_profiles_describe_each_gpu_profile(make_booking):
             "label": "h100",
             "enabled": False,
             "booking": None,
+            "choices": [],
             "upcoming": None,
             "note": "The GPU pool 'h100' is not offered by the booking service.",
             "booking_page_url": "/lab/services/gpu-booking/",
@@ -85,6 +89,7 @@ def test_chooser_profiles_when_the_service_is_down():
         "label": "a100",
         "enabled": False,
         "booking": None,
+        "choices": [],
         "upcoming": None,
         "note": SERVICE_UNAVAILABLE_MESSAGE,
         "booking_page_url": "/b/",
@@ -230,3 +235,26 @@ async def test_chooser_without_upcoming_bookings_still_shows_active_ones(
     assert radio(page, "t4").has_attr("disabled")
     assert "Next:" not in t4_line.get_text()
     assert t4_line.find("a")["href"] == "/lab/services/gpu-booking/"
+
+
+def test_several_active_bookings_are_offered_longest_then_largest_first(make_booking):
+    short = make_booking(1, start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=1), now=NOW)
+    long_small = make_booking(2, slices=1, end=NOW + timedelta(hours=3), now=NOW)
+    long_large = make_booking(3, slices=2, end=NOW + timedelta(hours=3), now=NOW)
+    elsewhere = make_booking(4, end=NOW + timedelta(hours=5), server="other", now=NOW)
+    active = [short, long_small, long_large, elsewhere]
+    assert [b["id"] for b in claim_order(active, "")] == [3, 2, 1, 4]
+    assert [b["id"] for b in claim_order(active, "other")] == [4, 3, 2, 1]
+    assert [b["id"] for b in claim_order(active, "", chosen=1)] == [1]
+    # a choice that is no longer active (a saved option): the default order
+    assert [b["id"] for b in claim_order(active, "", chosen=99)] == [3, 2, 1, 4]
+
+    shown = chooser_profiles(
+        PROFILES, pools=POOLS, active=active, upcoming=[],
+        booking_page_url="/lab/services/gpu-booking/", now=NOW,
+    )["a100"]
+    assert shown["booking"] == {"share": "0.5 × A100", "end": long_large["end"]}
+    assert [(c["id"], c["share"], c["server"]) for c in shown["choices"]] == [
+        (3, "0.5 × A100", None), (2, "0.25 × A100", None), (1, "0.5 × A100", None),
+        (4, "0.5 × A100", "other"),
+    ]

@@ -360,3 +360,23 @@ async def test_a_later_cpu_start_inherits_nothing_from_the_last_booking(
     error = await refusal_of(spawner)
     assert "no active A100 booking" in shown_message(error)
     assert not has_gpu(spawner)
+
+
+async def test_the_booking_chosen_in_the_form_is_the_one_claimed(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(11), make_booking(12, slices=1)]
+    spawner = make_spawner({})
+    spawner.user_options = spawner._options_from_form(
+        {"profile": ["a100"], "gpu-booking-a100": ["12"], "gpu-booking-t4": ["99"]}
+    )
+    assert spawner.user_options == {"profile": "a100", "gpu_booking": "12"}
+    await spawner.load_user_options()
+    assert booking_service.claims == [
+        ("/services/gpu-booking/api/bookings/12/claim", {"server": ""})
+    ]
+    assert spawner.get_state()["gpu_booking_id"] == 12
+
+
+async def test_a_chosen_booking_that_is_not_a_number_is_refused(make_spawner, booking_service, make_booking):
+    booking_service.active = [make_booking(11)]
+    error = await refusal_of(make_spawner({"profile": "a100", "gpu_booking": "soon"}))
+    assert shown_message(error) == "'gpu_booking' must be the number of one of your bookings."

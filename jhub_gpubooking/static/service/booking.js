@@ -130,14 +130,21 @@ function bookingRow(booking, { showUser, cancelLabel, box }) {
   const actions = el("div", { class: "gb-actions" });
   if (ACTIVE_STATES.has(booking.state)) {
     const span = `${formatGpus(booking.gpus, slices)} in ${poolName(booking.pool)}`;
+    // an active booking ends now (its server is stopped, the rest is free); an upcoming one is cancelled
+    const running = booking.state === "active";
+    const label = running ? (showUser ? "Force end now" : "End now") : cancelLabel;
+    const question = running
+      ? `${label}: end the booking of ${span} now? Its server is stopped and the rest of its time is freed.`
+      : `${label} the booking of ${span}, ${formatSpan(start, end)}?`;
     actions.append(el("button", {
       type: "button", class: "btn btn-sm btn-outline-danger",
-      "aria-label": `${cancelLabel} booking ${booking.id} (${span})`,
+      "aria-label": `${label} booking ${booking.id} (${span})`,
       onclick: () => {
-        if (!window.confirm(`${cancelLabel} the booking of ${span}, ${formatSpan(start, end)}?`)) return;
-        act(box, () => api("DELETE", `bookings/${booking.id}`), `Booking ${booking.id} is cancelled.`);
+        if (!window.confirm(question)) return;
+        act(box, () => api("DELETE", `bookings/${booking.id}`),
+          running ? `Booking ${booking.id} has ended.` : `Booking ${booking.id} is cancelled.`);
       },
-    }, cancelLabel));
+    }, label));
     if (!showUser) actions.append(...extendControls(booking, box));
     if (!showUser && booking.series_id != null) actions.append(cancelSeriesButton(booking, box, act));
   }
