@@ -411,3 +411,27 @@ def test_a_store_whose_pools_were_never_synced_says_so(engine, pools, clock):
     unsynced = BookingStore(make_session_factory(engine), pools, clock=clock)
     with pytest.raises(RuntimeError, match="'a100' is configured but not in the database"):
         unsynced.create("alice", "a100", 1, at(11), at(12))
+
+
+def test_a_stale_claim_expires_but_a_claim_newer_than_the_check_stays(store, clock):
+    booking = store.create("alice", "a100", 1, at(10), at(12))
+    store.claim(booking.id, "gpu")
+    checked_at = clock.now()
+    assert store.expire_claim(booking.id, "gpu", checked_at) is None  # same second: kept
+    clock.advance(timedelta(seconds=5))
+    assert store.expire_claim(booking.id, "other", clock.now()) is None  # not its holder
+    expired = store.expire_claim(booking.id, "gpu", clock.now())
+    assert expired.server is None
+    assert [e.kind for e in store.history(booking.id)][-1] == "claim_expired"
+    assert store.held_except_prefix("pod:") == []
+
+
+def test_a_holder_the_hub_cannot_tell_about_keeps_its_booking(store):
+    booking = store.create("alice", "a100", 1, at(10), at(12))
+    store.claim(booking.id, "gpu")
+    with pytest.raises(Conflict, match="already in use by server 'gpu'"):
+        store.claim(booking.id, "other", is_running=lambda server: None)
+    assert store.claim(booking.id, "other", is_running=lambda server: False).server == "other"
+    store.claim(booking.id, "pod:ns/p", is_running=lambda server: False)
+    assert store.held_except_prefix("pod:") == []
+    assert [b.id for b, _ in store.held_except_prefix("x:")] == [booking.id]
