@@ -117,7 +117,7 @@ class LifecycleService(HasTraits):
     async def lifecycle_tick(self, now: datetime | None = None) -> list[Action]:
         """Do what the lifecycle rules ask for at ``now``; returns the actions attempted."""
         now = now or self.clock.now()
-        await self.expire_stale_claims()
+        await self.expire_stale_claims(now)
         actions = await self._in_executor(self.lifecycle.due, now)
         for action in actions:
             try:
@@ -149,13 +149,13 @@ class LifecycleService(HasTraits):
             await self.send_warning_email(booking)
         elif action.kind is ActionKind.STOP_SERVER and self.stop_servers_at_end:
             booking = await self._in_executor(self.store.get, action.booking_id)
-            await self.stop_holder(booking)
+            await self.stop_holder(booking, now)
 
-    async def stop_holder(self, booking: Booking) -> None:
+    async def stop_holder(self, booking: Booking, now: datetime | None = None) -> None:
         """Stop what holds ``booking``: the webhook's pod, or the Hub server (only when the Hub
         says it runs on this booking, see :meth:`stop_booking_server`)."""
         if not holder_pod(booking.server):
-            await self.stop_booking_server(booking)
+            await self.stop_booking_server(booking, now)
         elif await self.pod_claims.stop_pod(booking):
             await self._in_executor(self.lifecycle.mark_stop_requested, booking.id, booking.server)
             self.metrics.observe_server_stop()
@@ -191,14 +191,14 @@ class LifecycleService(HasTraits):
         servers = json.loads(response.body).get("servers")
         return servers if isinstance(servers, dict) else None
 
-    async def stop_booking_server(self, booking: Booking) -> bool:
+    async def stop_booking_server(self, booking: Booking, now: datetime | None = None) -> bool:
         """Stop the Hub server holding ``booking`` only if the Hub says it runs on this booking.
 
         A claim whose server stopped, or runs without this booking (another booking, a CPU
         profile), expires instead: that server is not stopped. A server starting or stopping,
         or a Hub that cannot say, is looked at again next tick. True once the Hub took a stop.
         """
-        checked_at = self.clock.now()
+        checked_at = now or self.clock.now()
         servers = await self.hub_user_servers(booking.user)
         use = server_use(servers, booking.server, booking.id)
         if use is ServerUse.ON_BOOKING:
@@ -217,7 +217,7 @@ class LifecycleService(HasTraits):
             )
         return False
 
-    async def expire_stale_claims(self) -> None:
+    async def expire_stale_claims(self, now: datetime | None = None) -> None:
         """Expire claims of Hub servers that stopped or run without their booking (a failed
         release, a claim that completed after its start gave up, a pod gone without stop()).
         The webhook's ``pod:`` claims are its own (admission/claims.py)."""
@@ -226,7 +226,7 @@ class LifecycleService(HasTraits):
         for booking, _claimed_at in held:
             by_user.setdefault(booking.user, []).append(booking)
         for user, bookings in by_user.items():
-            checked_at = self.clock.now()
+            checked_at = now or self.clock.now()
             servers = await self.hub_user_servers(user)
             for booking in bookings:
                 if server_use(servers, booking.server, booking.id) is ServerUse.NOT_ON_BOOKING:

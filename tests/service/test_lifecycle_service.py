@@ -46,16 +46,34 @@ class FakeHubServers(web.RequestHandler):
         self.set_status(204)
 
 
+class FakeHubUser(web.RequestHandler):
+    """GET users/{user}: the user's servers from the test's ``servers`` dict; 404 if unknown."""
+
+    def get(self, user: str) -> None:
+        servers = self.application.settings["servers"]
+        if user not in servers:
+            raise web.HTTPError(404)
+        self.finish({"name": user, "servers": servers[user]})
+
+
+def running_on(booking_id: int | None) -> dict:
+    """A ready server as the Hub shows it, its state naming the booking it runs on."""
+    state = {} if booking_id is None else {"gpu_booking_id": booking_id}
+    return {"ready": True, "pending": None, "state": state}
+
+
 @pytest.fixture
 async def fake_hub():
     calls: list = []
+    servers: dict = {}
     app = web.Application(
-        [(r"/hub/api/users/([^/]+)/servers/([^/]*)", FakeHubServers)], calls=calls
+        [(r"/hub/api/users/([^/]+)/servers/([^/]*)", FakeHubServers),
+         (r"/hub/api/users/([^/]+)", FakeHubUser)], calls=calls, servers=servers,
     )
     port = free_port()
     server = HTTPServer(app)
     server.listen(port, "127.0.0.1")
-    yield f"http://127.0.0.1:{port}/hub/api", calls
+    yield f"http://127.0.0.1:{port}/hub/api", calls, servers
     server.stop()
 
 
@@ -79,7 +97,7 @@ def mailbox():
 
 @pytest.fixture
 async def service(tmp_path, fake_hub, mailbox):
-    hub_api_url, _ = fake_hub
+    hub_api_url, _, _ = fake_hub
     _, smtp_port = mailbox
     service = GPUBookingService(
         db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}",
@@ -105,10 +123,11 @@ async def service(tmp_path, fake_hub, mailbox):
 async def test_tick_warns_by_email_then_stops_the_server_through_the_hub(
     service, fake_hub, mailbox
 ):
-    _, calls = fake_hub
+    _, calls, servers = fake_hub
     box, _ = mailbox
     booking = service.store.create("ada", "a100", "1", at(10), at(11))
     service.store.claim(booking.id, "gpu-lab")
+    servers["ada"] = {"gpu-lab": running_on(booking.id)}
 
     assert await service.lifecycle_tick(at(10, 49)) == []
     [warn] = await service.lifecycle_tick(at(10, 50))
@@ -129,13 +148,43 @@ async def test_tick_warns_by_email_then_stops_the_server_through_the_hub(
     assert service.metrics.server_stops._value.get() == 1
 
 
-async def test_a_server_the_hub_does_not_know_counts_as_stopped(service, fake_hub):
-    _, calls = fake_hub
+async def test_a_claim_whose_server_the_hub_does_not_know_expires_and_nothing_is_stopped(
+    service, fake_hub
+):
+    _, calls, _ = fake_hub
     booking = service.store.create("ghost", "a100", "1", at(10), at(11))
     service.store.claim(booking.id, "")
     await service.lifecycle_tick(at(11, 5))
-    assert calls == [("ghost", "", "token service-token")]
+    assert calls == []
+    assert service.store.get(booking.id).server is None
     assert await service.lifecycle_tick(at(11, 10)) == []
+
+
+async def test_the_end_stops_no_server_that_runs_without_its_booking(service, fake_hub):
+    _, calls, servers = fake_hub
+    booking = service.store.create("ada", "a100", "1", at(10), at(11))
+    service.store.claim(booking.id, "")
+    servers["ada"] = {"": running_on(None)}  # a CPU server now holds the name
+    await service.lifecycle_tick(at(10, 30))
+    assert service.store.get(booking.id).server is None  # the stale claim expired
+    assert [e.kind for e in service.store.history(booking.id)][-1] == "claim_expired"
+    await service.lifecycle_tick(at(11, 5))
+    assert calls == []
+
+
+async def test_while_the_hub_cannot_say_nothing_is_stopped_or_expired(service, fake_hub):
+    _, calls, servers = fake_hub
+    booking = service.store.create("ada", "a100", "1", at(10), at(11))
+    service.store.claim(booking.id, "")
+    servers["ada"] = {"": {"ready": True, "pending": None}}  # no state: scope missing
+    await service.lifecycle_tick(at(11, 5))
+    assert calls == [] and service.store.get(booking.id).server == ""
+    servers["ada"] = {"": {"ready": False, "pending": "spawn", "state": {}}}  # starting
+    await service.lifecycle_tick(at(11, 6))
+    assert calls == [] and service.store.get(booking.id).server == ""
+    servers["ada"] = {"": running_on(booking.id)}
+    await service.lifecycle_tick(at(11, 7))
+    assert calls == [("ada", "", "token service-token")]
 
 
 async def test_unused_booking_is_released_and_noticed(service):

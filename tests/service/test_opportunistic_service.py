@@ -24,11 +24,22 @@ class FakeHubServers(web.RequestHandler):
         self.set_status(202)
 
 
+class FakeHubUser(web.RequestHandler):
+    def get(self, user: str) -> None:
+        # the user's default server runs on the booking the test put in "running"
+        running = self.application.settings["running"]
+        state = {"gpu_booking_id": running[user]} if user in running else {}
+        self.finish({"name": user, "servers": {"": {"ready": True, "pending": None,
+                                                    "state": state}}})
+
+
 @pytest.fixture
 async def service(tmp_path):
     calls: list = []
+    running: dict = {}
     app = web.Application(
-        [(r"/hub/api/users/([^/]+)/servers/([^/]*)", FakeHubServers)], calls=calls
+        [(r"/hub/api/users/([^/]+)/servers/([^/]*)", FakeHubServers),
+         (r"/hub/api/users/([^/]+)", FakeHubUser)], calls=calls, running=running,
     )
     sockets = bind_sockets(0, "127.0.0.1")
     server = HTTPServer(app)
@@ -44,15 +55,16 @@ async def service(tmp_path):
         opportunistic_horizon_minutes=30,
     )
     service.setup()
-    yield service, calls
+    yield service, calls, running
     service.executor.shutdown(wait=True)
     server.stop()
 
 
 async def test_a_booking_preempts_a_running_grant_and_the_hub_stops_its_server(service):
-    service, calls = service
+    service, calls, running = service
     grant = service.opportunistic.grant("ada", "t4", 1, service.opportunistic_horizon_minutes)
     service.store.claim(grant.id, "")
+    running["ada"] = grant.id
     start, end = NOW.replace(minute=0), NOW.replace(hour=11, minute=0)
 
     booking = await service.create_booking("bob", "t4", "1/2", start, end, actor="bob")
