@@ -12,20 +12,30 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from ..core.errors import NotFound
 from ..core.model import BookingState, parse_amount
 from ..core.timegrid import ceil_to_grid, floor_to_grid, parse_time
-from .base import BaseHandler, refusal
+from .base import BaseHandler, hub_user_model, refusal
 from .serialize import availability_json, booking_json, maintenance_json, pool_json
 
 #: How long a claim may wait for the Hub to say whether another server still runs.
 HUB_CHECK_TIMEOUT_SECONDS = 10
 #: Largest id any backend stores (32-bit signed integer columns); larger ids cannot exist.
 MAX_ROW_ID = 2**31 - 1
+
+
+def row_id(text: str) -> int | None:
+    """The id in a path (digits only, by the route), or None when no row can have it.
+
+    The length is checked first: Python refuses to convert thousands of digits at all.
+    """
+    if len(text) > len(str(MAX_ROW_ID)) or int(text) > MAX_ROW_ID:
+        return None
+    return int(text)
+
+
 #: Longest availability window one request may ask for (keeps responses small).
 MAX_AVAILABILITY_DAYS = 62
 
@@ -66,9 +76,9 @@ class APIHandler(BaseHandler):
         """The booking if the caller may see it; 404 otherwise (others' bookings stay hidden)."""
         principal = self.require_principal()
         booking = None
-        if int(booking_id) <= MAX_ROW_ID:
+        if row_id(booking_id) is not None:
             try:
-                booking = await self.run_in_executor(self.store.get, int(booking_id))
+                booking = await self.run_in_executor(self.store.get, row_id(booking_id))
             except NotFound:
                 pass
         if booking is None or not (principal.may_act_for(booking.user) or principal.is_spawner):
@@ -208,16 +218,8 @@ class ClaimHandler(APIHandler):
 
     async def hub_server_running(self, user: str, server: str) -> bool:
         """Ask the Hub whether ``user``'s ``server`` is still active (needs read:servers)."""
-        url = url_path_join(self.hub_auth.api_url, "users", url_escape_path(user))
-        try:
-            response = await AsyncHTTPClient().fetch(
-                url, headers={"Authorization": f"token {self.hub_auth.api_token}"}
-            )
-        except HTTPClientError as error:
-            if error.code == 404:
-                return False
-            raise
-        return server in (json.loads(response.body).get("servers") or {})
+        model = await hub_user_model(self.hub_auth.api_url, self.hub_auth.api_token, user)
+        return model is not None and server in (model.get("servers") or {})
 
     async def post(self, booking_id: str) -> None:
         server = self.server_name()
@@ -277,6 +279,8 @@ class MaintenanceListHandler(APIHandler):
         if pool is None:
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         node = body.get("node")
+        if node is not None and not isinstance(node, str):
+            raise refusal(400, "'node' must be the name of one node of the pool, or null.")
         if node is not None and node not in pool.nodes:
             raise refusal(400, f"Pool {pool.name} has no node named {node!r}.")
         reason = body.get("reason", "")
@@ -301,9 +305,9 @@ class MaintenanceHandler(APIHandler):
     async def delete(self, window_id: str) -> None:
         self.require_admin()
         try:
-            if int(window_id) > MAX_ROW_ID:
+            if row_id(window_id) is None:
                 raise NotFound("no such window")
-            await self.run_in_executor(self.store.delete_maintenance, int(window_id))
+            await self.run_in_executor(self.store.delete_maintenance, row_id(window_id))
         except NotFound:
             raise refusal(404, f"There is no maintenance window {window_id}.") from None
         self.set_status(204)

@@ -16,18 +16,56 @@ from http.client import responses
 from typing import Any, TypeVar
 
 from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
-from jupyterhub.utils import url_path_join
+from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from tornado.ioloop import IOLoop
 
 from ..core.errors import BookingError
 
 T = TypeVar("T")
 
+#: Seconds the service waits for the Hub's answer about a user.
+HUB_LOOKUP_TIMEOUT_SECONDS = 10
+#: Retry-After (seconds) sent when the Hub could not be asked.
+HUB_RETRY_AFTER_SECONDS = 5
 
-def refusal(status: int, message: str) -> web.HTTPError:
-    """An HTTPError whose message is shown as-is (safe even if it contains '%')."""
-    return web.HTTPError(status, "%s", message)
+
+def refusal(status: int, message: str, retry_after: int | None = None) -> web.HTTPError:
+    """An HTTPError whose message is shown as-is (safe even if it contains '%').
+
+    ``retry_after`` (seconds) becomes a ``Retry-After`` header (429 and 503 answers).
+    """
+    error = web.HTTPError(status, "%s", message)
+    error.retry_after = retry_after
+    return error
+
+
+async def hub_user_model(api_url: str, token: str, user: str) -> dict | None:
+    """The Hub's model of ``user`` (groups, servers), None if the Hub has no such user.
+
+    Any other failure (the Hub down, slow or refusing) is a 503 the client may retry, never a
+    500: it says nothing about the request.
+    """
+    url = url_path_join(api_url, "users", url_escape_path(user))
+    try:
+        response = await AsyncHTTPClient().fetch(
+            url,
+            headers={"Authorization": f"token {token}"},
+            request_timeout=HUB_LOOKUP_TIMEOUT_SECONDS,
+        )
+        return json.loads(response.body)
+    except HTTPClientError as error:
+        if error.code in (400, 404):  # the Hub refuses names it cannot have as 400
+            return None
+        reason = f"it answered {error.code}"
+    except (OSError, ValueError) as error:
+        reason = f"it could not be reached ({type(error).__name__})"
+    raise refusal(
+        503,
+        f"The Hub could not tell who {user} is right now ({reason}); try again shortly.",
+        retry_after=HUB_RETRY_AFTER_SECONDS,
+    )
 
 
 @dataclass(frozen=True)
@@ -170,6 +208,8 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             body = json.loads(self.request.body or b"null")
         except (ValueError, UnicodeDecodeError):
             raise web.HTTPError(400, "The request body is not valid JSON.") from None
+        except RecursionError:  # e.g. 100 000 nested '[': the parser gives up, we answer 400
+            raise web.HTTPError(400, "The request body is nested too deeply.") from None
         if not isinstance(body, dict):
             raise web.HTTPError(400, "The request body must be a JSON object.")
         allowed = set(allowed)
@@ -217,6 +257,9 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
                     message = message % format_args
         if not message:
             message = responses.get(status_code, "Unknown HTTP error")
+        retry_after = getattr(exc_info[1], "retry_after", None) if exc_info else None
+        if retry_after is not None:
+            self.set_header("Retry-After", str(retry_after))
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.finish(json.dumps({"status": status_code, "message": message}))
 

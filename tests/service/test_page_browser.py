@@ -267,14 +267,23 @@ def test_user_extends_by_a_slot_picks_a_new_end_and_cancels(hub, context):
     assert "cancelled" in row.inner_text()
 
 
-def test_calendar_link_is_shown_once_and_can_be_reset(hub, context):
+def test_calendar_link_is_created_on_request_shown_once_and_can_be_reset(hub, context):
+    feed_state = hub.api(hub.user_token("bob")).get("api/users/bob/feed-token")
     page = open_page(context, hub, "bob")
+    create = page.locator("#gb-feed-create")
+    page.wait_for_function("document.querySelector('#gb-feed-create').textContent === 'Create link'")
+    # visiting the page created no link
+    assert feed_state.json() == {"user": "bob", "exists": False}
+    assert hub.api(hub.user_token("bob")).get("api/users/bob/feed-token").json()["exists"] is False
+    assert page.locator("#gb-feed-url").input_value() == ""
+    create.click()
+    page.wait_for_function("document.querySelector('#gb-feed-url').value.includes('/feeds/')")
     first_link = page.locator("#gb-feed-url").input_value()
     assert first_link.startswith(f"{hub.service_url}feeds/")
     page.reload()
-    page.wait_for_function("document.querySelector('#gb-feed-feedback').textContent.length > 0")
+    page.wait_for_function("document.querySelector('#gb-feed-create').textContent === 'Reset link'")
     assert page.locator("#gb-feed-url").input_value() == ""
-    page.click("#gb-feed-reset")
+    create.click()
     page.wait_for_function("document.querySelector('#gb-feed-url').value.includes('/feeds/')")
     new_link = page.locator("#gb-feed-url").input_value()
     assert new_link != first_link

@@ -4,7 +4,7 @@
 // refusal messages as they are, next to the control that caused them.
 
 import {
-  $, ACTIVE_STATES, ApiError, DAY_MS, HOUR_MS, SLOT_MS, amountChoices, api, byStart, config, el,
+  $, ACTIVE_STATES, DAY_MS, HOUR_MS, SLOT_MS, amountChoices, api, byStart, config, el,
   floorSlot, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc, plural, snapInput,
   toLocalInput, toUtcIso,
 } from "./common.js";
@@ -212,20 +212,20 @@ function renderMyBookings() {
 
 // ---------------------------------------------------------------- calendar feed
 
-async function loadFeed(reset) {
-  const feed = await api(reset ? "POST" : "GET", `users/${encodeURIComponent(config.user)}/feed-token`);
-  $("gb-feed-url").value = new URL(feed.url, window.location.href).href;
+/** The service keeps only a hash of the link, so it shows a link once, when it is created
+ * (a POST, on the user's click): loading the page never creates or burns a link. */
+const feed = { exists: false };
+
+function showFeedState() {
+  $("gb-feed-create").textContent = feed.exists ? "Reset link" : "Create link";
+  $("gb-feed-url").placeholder = feed.exists
+    ? "Your link is shown only when created; reset it to get a new one"
+    : "No calendar link yet";
 }
 
-/** The service keeps only a hash of the link, so it can show it once; after that, say so. */
-async function showFeedOnce() {
-  try {
-    await loadFeed(false);
-  } catch (error) {
-    if (!(error instanceof ApiError && error.status === 409)) throw error;
-    $("gb-feed-url").placeholder = "Link hidden: reset it to get a new one";
-    $("gb-feed-feedback").textContent = error.message;
-  }
+async function loadFeedState() {
+  ({ exists: feed.exists } = await api("GET", `users/${encodeURIComponent(config.user)}/feed-token`));
+  showFeedState();
 }
 
 function wireFeed() {
@@ -239,11 +239,16 @@ function wireFeed() {
       status.textContent = "Copying is blocked here; the link is selected, copy it with Ctrl+C.";
     }
   });
-  $("gb-feed-reset").addEventListener("click", async () => {
-    if (!window.confirm("Reset the calendar link? Calendars subscribed to the old link stop updating.")) return;
+  $("gb-feed-create").addEventListener("click", async () => {
+    const reset = feed.exists;
+    if (reset && !window.confirm("Reset the calendar link? Calendars subscribed to the old link stop updating.")) return;
     try {
-      await loadFeed(true);
-      status.textContent = "New link created; the old one no longer works.";
+      const created = await api("POST", `users/${encodeURIComponent(config.user)}/feed-token`);
+      $("gb-feed-url").value = new URL(created.url, window.location.href).href;
+      feed.exists = true;
+      showFeedState();
+      status.textContent = reset ? "New link created; the old one no longer works."
+        : "Link created; copy it now, it is shown only this once.";
     } catch (error) {
       status.textContent = error.message;
     }
@@ -420,7 +425,7 @@ async function start() {
     $("gb-all-show-past").addEventListener("change", loadAdmin);
     $("gb-report-by").addEventListener("change", loadReport);
   }
-  await Promise.all([refresh(), showFeedOnce()]);
+  await Promise.all([refresh(), loadFeedState()]);
 }
 
 start().catch(showLoadError);
