@@ -29,6 +29,8 @@ T = TypeVar("T")
 HUB_LOOKUP_TIMEOUT_SECONDS = 10
 #: Retry-After (seconds) sent when the Hub could not be asked.
 HUB_RETRY_AFTER_SECONDS = 5
+#: Methods that change state and count against the per-user write limit.
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def refusal(status: int, message: str, retry_after: int | None = None) -> web.HTTPError:
@@ -152,6 +154,21 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         self._principal = principal_from_model(
             model, self.service.admin_groups, self.service.spawner_services
         )
+        self.limit_writes(self._principal)
+
+    def limit_writes(self, principal: Principal) -> None:
+        """429 with Retry-After when ``principal`` writes faster than the service allows."""
+        if self.request.method not in WRITE_METHODS or principal.is_spawner:
+            return
+        wait = self.service.write_limiter.acquire(f"{principal.kind}:{principal.name}")
+        if wait is not None:
+            raise refusal(
+                429,
+                f"Too many changes in a short time (at most {self.service.write_burst} at once, "
+                f"then {self.service.write_rate_per_minute} a minute); try again in {wait} "
+                "seconds.",
+                retry_after=wait,
+            )
 
     def check_hub_user(self, model: dict) -> dict:
         # our own spawner service(s) need no 'access:services' scope: the Hub vouched for them

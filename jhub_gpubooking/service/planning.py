@@ -17,6 +17,7 @@ from ..core.recurrence import REPEATS, occurrences
 from ..core.timegrid import parse_time
 from ..db.budgets import BudgetBook, budgets_of_user
 from ..db.series import SeriesRefused, cancel_series, create_series, get_series
+from ..db.store import MAX_TEXT_LENGTH
 from .api import APIHandler, row_id
 from .base import refusal
 
@@ -117,8 +118,8 @@ class SeriesListHandler(APIHandler):
                 "recurring series.",
             )
         note = body.get("note", "")
-        if not isinstance(note, str) or len(note) > 500:
-            raise refusal(400, "'note' must be text of at most 500 characters.")
+        if not isinstance(note, str) or len(note) > MAX_TEXT_LENGTH:
+            raise refusal(400, f"'note' must be text of at most {MAX_TEXT_LENGTH} characters.")
         if not isinstance(body["pool"], str):
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         self.pool_or_404(body["pool"])
