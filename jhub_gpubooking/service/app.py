@@ -239,6 +239,20 @@ class GPUBookingService(
     page_days = Integer(
         7, help="Days shown at once on the reservation page and by default in availability."
     ).tag(config=True)
+    page_list_size = Integer(
+        100,
+        help="Bookings and maintenance windows the reservation page loads at once into each of "
+        "its tables; a 'Show more' button loads the next ones (1 to the API's page maximum).",
+    ).tag(config=True)
+
+    @validate("page_list_size")
+    def _page_list_size_within_api_pages(self, proposal) -> int:
+        from .api import MAX_PAGE_SIZE
+
+        if not 1 <= proposal["value"] <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_list_size must be from 1 to {MAX_PAGE_SIZE}.")
+        return proposal["value"]
+
     page_title = Unicode("GPU bookings", help="Title of the reservation page.").tag(config=True)
     page_announcement = Unicode(
         "", help="Text shown at the top of the reservation page (e.g. maintenance notices)."

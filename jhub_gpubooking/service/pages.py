@@ -78,6 +78,7 @@ def page_context(
     xsrf_token: str,
     slot_minutes: int,
     page_days: int,
+    list_limit: int,
     asset_urls: dict[str, str],
     script_nonce: str,
 ) -> dict[str, Any]:
@@ -113,6 +114,7 @@ def page_context(
             "isAdmin": is_admin,
             "slotMinutes": slot_minutes,
             "pageDays": page_days,
+            "listLimit": list_limit,
         },
     }
 
@@ -140,6 +142,7 @@ class ReservationPageHandler(BaseHandler):
             xsrf_token=self.xsrf_token.decode("ascii"),
             slot_minutes=service.slot_minutes,
             page_days=service.page_days,
+            list_limit=service.page_list_size,
             asset_urls={name: static_asset_url(service_prefix, name) for name in PAGE_ASSETS},
             script_nonce=nonce,
         )

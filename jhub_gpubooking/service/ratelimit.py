@@ -46,8 +46,8 @@ class WriteRateLimiter:
         with self._lock:
             bucket = self._buckets.get(caller)
             if bucket is None:
+                self._forget_full(now, rate)  # before adding: a new bucket is full too
                 bucket = self._buckets[caller] = _Bucket(float(self.burst), now)
-                self._forget_full(now, rate)
             bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.updated) * rate)
             bucket.updated = now
             if bucket.tokens >= 1:

@@ -317,7 +317,8 @@ def test_maintenance_reports_colliding_bookings(hub):
     assert created.status_code == 201, created.text
     window = created.json()
     assert [b["id"] for b in window["colliding_bookings"]] == [booking["id"]]
-    assert window["id"] in [w["id"] for w in client(hub, "bob").get("api/maintenance").json()]
+    listed = client(hub, "bob").get("api/maintenance").json()["windows"]
+    assert window["id"] in [w["id"] for w in listed]
     assert admin.delete(f"api/maintenance/{window['id']}").status_code == 204
     assert "no maintenance window" in error(admin.delete(f"api/maintenance/{window['id']}"), 404)
 
