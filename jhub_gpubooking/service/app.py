@@ -83,6 +83,13 @@ class MetricsHandler(BaseHandler):
         self.finish(service.metrics.exposition())
 
 
+class UnknownPathHandler(BaseHandler):
+    """Paths no route matches (e.g. a booking id that is not a number) get a JSON 404 too."""
+
+    def prepare(self) -> None:
+        raise web.HTTPError(404, "There is no such page or API path.")
+
+
 def service_routes() -> list[tuple[str, type[web.RequestHandler]]]:
     """Every route of the service as OpenAPI path templates, relative to the service prefix."""
     return [
@@ -429,6 +436,7 @@ class GPUBookingService(
             "clock": self.clock,
             "cookie_secret": self.read_cookie_secret(),
             "log_function": self.log_request,
+            "default_handler_class": UnknownPathHandler,
             # HubOAuth checks '_xsrf' on cookie-authenticated writes itself; tornado's own
             # xsrf_cookies would also reject token-authenticated API calls
             "xsrf_cookies": False,
