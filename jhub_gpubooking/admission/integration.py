@@ -9,7 +9,11 @@ service already runs in the hub pod where z2jh keeps the database credentials.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import os
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from jupyterhub.utils import url_path_join
@@ -19,11 +23,14 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, HasTraits, Integer, List, Unicode, default
 
 from ..core.model import Pool
+from .claims import PodClaims
 from .review import AdmissionSettings
 from .server import hub_group_members, start_webhook_server, webhook_app
 
 #: How often the webhook's certificate files are checked for a cert-manager renewal.
 CERTIFICATE_CHECK_SECONDS = 60
+#: Set by Kubernetes in every container; the in-cluster config needs both.
+IN_CLUSTER_VARIABLES = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 
 
 class ClusterIntegration(HasTraits):
@@ -67,6 +74,25 @@ class ClusterIntegration(HasTraits):
         # z2jh names the hub's service account "hub"; POD_NAMESPACE is set in the hub pod
         return [f"system:serviceaccount:{os.environ.get('POD_NAMESPACE', 'default')}:hub"]
 
+    webhook_client_ca_file = Unicode(
+        "",
+        help="CA bundle that signs the API server's client certificate for admission webhooks "
+        "(its --admission-control-config-file kubeconfig). Set, the webhook completes TLS only "
+        "with callers presenting a certificate this CA signed; empty, any caller the network "
+        "policy lets through may connect.",
+    ).tag(config=True)
+    webhook_client_names = List(
+        Unicode(),
+        help="Common or DNS names allowed in the client certificate (needs "
+        "webhook_client_ca_file); empty: any certificate the CA signed.",
+    ).tag(config=True)
+    webhook_max_concurrent_reviews = Integer(
+        4,
+        help="Reviews of GPU pods that may read the database at once; others wait up to 3 "
+        "seconds and are then refused with 'try again', so a flood of reviews cannot take the "
+        "REST API's executor.",
+    ).tag(config=True)
+
     webhook_deadline_grace_seconds = Integer(
         60, help="Seconds an admitted GPU pod may outlive its booking's end (activeDeadlineSeconds)."
     ).tag(config=True)
@@ -87,8 +113,9 @@ class ClusterIntegration(HasTraits):
         "", help="Label selector limiting the watched nodes (e.g. nvidia.com/gpu.present=true)."
     ).tag(config=True)
     inventory_kubeconfig = Unicode(
-        "", help="Kubeconfig file for the node watch; empty: the pod's in-cluster service account "
-        "(its role needs get, list and watch on nodes)."
+        "", help="Kubeconfig file for the node watch and the webhook's pod claims; empty: the "
+        "pod's in-cluster service account (its role needs get, list and watch on nodes, and get "
+        "and delete on pods in the gated namespaces)."
     ).tag(config=True)
 
     # -- start-up -----------------------------------------------------------------------------
@@ -111,6 +138,9 @@ class ClusterIntegration(HasTraits):
         from ..inventory_sync import BookingFlags, ClusterInventory, NodeWatcher, flagged_routes
 
         self.node_watcher = None
+        if self.webhook_client_names and not self.webhook_client_ca_file:
+            raise ValueError("webhook_client_names needs webhook_client_ca_file: names are "
+                             "checked in client certificates that CA signed.")
         flags = BookingFlags(make_session_factory(make_engine(self.db_url)), self.clock)
         tornado_app.add_handlers(".*$", [
             web.url(url_path_join(self.service_prefix, template), handler,
@@ -121,19 +151,44 @@ class ClusterIntegration(HasTraits):
             return
         inventory = ClusterInventory(self.store, self.inventory_pool_templates, flags,
                                      on_pools=self._use_pools)
-        self.node_watcher = NodeWatcher(self.kubernetes_core_api(), inventory.apply,
-                                        label_selector=self.inventory_node_selector)
+        self.node_watcher = NodeWatcher(self.kubernetes_connector(), inventory.apply,
+                                        label_selector=self.inventory_node_selector,
+                                        executor=self.executor)
 
     def _use_pools(self, pools: dict[str, Pool]) -> None:
         self.pool_objects = pools
 
-    def kubernetes_core_api(self) -> Any:
-        from kubernetes import client, config
+    def kubernetes_connector(self, purpose: str = "inventory_from_nodes"
+                             ) -> Callable[[], Awaitable[Any]]:
+        """How the node watch opens its ``kubernetes_asyncio`` client. Checked now: refuses
+        (``ValueError``, one sentence the service prints before exiting) when there is no way to
+        reach the API. Run later, in the watch's task: the client's modules take seconds to
+        load, and the Hub gives a managed service ten seconds to answer."""
+        path = self.inventory_kubeconfig
+        if path and not os.path.isfile(path):
+            raise ValueError(f"inventory_kubeconfig {path} does not exist.")
+        missing = [name for name in IN_CLUSTER_VARIABLES if not os.environ.get(name)]
+        if not path and missing:
+            raise ValueError(
+                f"{purpose} needs the Kubernetes API, but {' and '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not set in the service's environment "
+                "(the Hub starts a managed service with only env_keep and its own 'environment': "
+                "jhub_gpubooking.configure(c) passes them on) and inventory_kubeconfig is empty."
+            )
 
-        if self.inventory_kubeconfig:
-            return client.CoreV1Api(config.new_client_from_config(self.inventory_kubeconfig))
-        config.load_incluster_config()
-        return client.CoreV1Api()
+        async def connect() -> Any:
+            # loaded in a thread, so the service keeps answering meanwhile
+            await asyncio.to_thread(importlib.import_module, "kubernetes_asyncio.config")
+            from kubernetes_asyncio import client, config
+
+            if path:
+                return await config.new_client_from_config(config_file=path)
+            configuration = client.Configuration()
+            # the pod's service account: token and CA mounted by Kubernetes
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+
+        return connect
 
     def start_cluster_integration(self) -> None:
         """Start the node watcher and the webhook server (inside the running event loop)."""
@@ -145,10 +200,12 @@ class ClusterIntegration(HasTraits):
                 store=self.store, executor=self.executor, clock=self.clock,
                 admission_settings=self.admission_settings,
                 group_members=hub_group_members(self.hub_api_url, self.api_token),
+                review_slots=asyncio.Semaphore(max(1, self.webhook_max_concurrent_reviews)),
+                client_names=tuple(self.webhook_client_names),
             )
             self.webhook_server, port, certificate = start_webhook_server(
                 app, self.webhook_port, self.webhook_address, self.webhook_certfile,
-                self.webhook_keyfile,
+                self.webhook_keyfile, self.webhook_client_ca_file,
             )
             if certificate is not None:
                 self._certificate_check = PeriodicCallback(
@@ -158,10 +215,33 @@ class ClusterIntegration(HasTraits):
             self.log.info("Admission webhook listening on %s:%s (%s)", self.webhook_address, port,
                           "TLS" if self.webhook_certfile else "plain HTTP, for tests only")
 
+    # -- pod claims (called by the lifecycle tick) ----------------------------------------------
+
+    @property
+    def pod_claims(self) -> PodClaims | None:
+        """The webhook's pod claims, when the webhook is on (None otherwise)."""
+        if not self.webhook_port:
+            return None
+        if getattr(self, "_pod_claims", None) is None:
+            async def connect() -> Any:
+                # checked per use: without Kubernetes credentials the claims wait (logged once)
+                return await self.kubernetes_connector("The webhook's pod claims")()
+
+            self._pod_claims = PodClaims(
+                self.store, connect, self.executor,
+                timedelta(seconds=self.webhook_deadline_grace_seconds),
+            )
+        return self._pod_claims
+
+    async def reconcile_pod_claims(self, now: datetime) -> None:
+        if self.pod_claims is not None:
+            await self.pod_claims.reconcile(now)
+
     def stop_cluster_integration(self) -> None:
         if getattr(self, "_certificate_check", None) is not None:
             self._certificate_check.stop()
         if self.webhook_server is not None:
             self.webhook_server.stop()
         if self.node_watcher is not None:
-            self.node_watcher.stop(timeout=1)
+            # the task closes its connection when cancelled (at the latest when the loop ends)
+            self.node_watcher.stop()

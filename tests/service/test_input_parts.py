@@ -15,7 +15,7 @@ from jhub_gpubooking.core.model import Booking
 from jhub_gpubooking.core.policy import SAFE_DEFAULT_POLICY, Policy, check_booking
 from jhub_gpubooking.service.api import decode_cursor, encode_cursor
 from jhub_gpubooking.service.app import GPUBookingService
-from jhub_gpubooking.service.base import HUB_RETRY_AFTER_SECONDS, hub_user_model
+from jhub_gpubooking.service.base import RETRY_AFTER_SECONDS, hub_user_model
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc)
 
@@ -97,7 +97,7 @@ async def test_hub_failures_are_503_with_retry_after_and_unknown_users_none():
         with pytest.raises(web.HTTPError) as failed:
             await hub_user_model(api_url, "t", "crash")
         assert failed.value.status_code == 503
-        assert failed.value.retry_after == HUB_RETRY_AFTER_SECONDS
+        assert failed.value.retry_after == RETRY_AFTER_SECONDS
         assert "answered 500" in failed.value.args[0]
     finally:
         server.stop()
