@@ -52,6 +52,8 @@ async def hub_user_model(api_url: str, token: str, user: str) -> dict | None:
     Any other failure (the Hub down, slow or refusing) is a 503 the client may retry, never a
     500: it says nothing about the request.
     """
+    if user in (".", ".."):  # would address another API path once the URL is normalised
+        return None
     url = url_path_join(api_url, "users", url_escape_path(user))
     try:
         response = await AsyncHTTPClient().fetch(
@@ -59,7 +61,9 @@ async def hub_user_model(api_url: str, token: str, user: str) -> dict | None:
             headers={"Authorization": f"token {token}"},
             request_timeout=HUB_LOOKUP_TIMEOUT_SECONDS,
         )
-        return json.loads(response.body)
+        model = json.loads(response.body)
+        # only the model of exactly this user counts (never a list or another path's answer)
+        return model if isinstance(model, dict) and model.get("name") == user else None
     except HTTPClientError as error:
         if error.code in (400, 404):  # the Hub refuses names it cannot have as 400
             return None

@@ -82,6 +82,9 @@ class FailingHub(web.RequestHandler):
         if user == "ada":
             self.finish({"name": "ada", "groups": ["students"]})
             return
+        if user == "someone-else":
+            self.finish({"name": "ada", "groups": ["students"]})
+            return
         raise web.HTTPError(500)
 
 
@@ -94,6 +97,10 @@ async def test_hub_failures_are_503_with_retry_after_and_unknown_users_none():
         assert (await hub_user_model(api_url, "t", "ada"))["groups"] == ["students"]
         assert await hub_user_model(api_url, "t", "gone") is None
         assert await hub_user_model(api_url, "t", "bad name") is None
+        # an answer about anyone else, or a path outside the user's, is no such user
+        assert await hub_user_model(api_url, "t", "someone-else") is None
+        assert await hub_user_model(api_url, "t", ".") is None
+        assert await hub_user_model(api_url, "t", "..") is None
         with pytest.raises(web.HTTPError) as failed:
             await hub_user_model(api_url, "t", "crash")
         assert failed.value.status_code == 503
