@@ -24,3 +24,20 @@ def postgres_url() -> Iterator[str]:
         pytest.skip(reason)
     with new_postgres_database() as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def private_postgres():
+    """A private PostgreSQL server the test may stop and start (see private_postgres.py)."""
+    import private_postgres as private
+
+    reason = private.unavailable()
+    if reason:
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    server = private.PrivatePostgres()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()

@@ -22,6 +22,8 @@ from ..admission.review import holder_pod
 from ..core.lifecycle import Action, ActionKind, LifecycleRules
 from ..core.model import Booking
 from ..db.lifecycle import BookingLifecycle
+from ..db.locks import DatabaseLock
+from ..db.session import unavailable_reason
 
 #: How long one call to the Hub API may take before the tick moves on (retried next tick).
 HUB_STOP_TIMEOUT_SECONDS = 20
@@ -104,6 +106,8 @@ class LifecycleService(HasTraits):
 
     def setup_lifecycle(self) -> None:
         self.lifecycle = BookingLifecycle(self.store, self.lifecycle_rules())
+        # several service processes may share a PostgreSQL/MariaDB database: one ticks at a time
+        self.lifecycle_lock = DatabaseLock(self.db_engine, "jhub_gpubooking.lifecycle")
 
     async def _in_executor(self, func, *args, **kwargs):
         loop = asyncio.get_running_loop()
@@ -211,10 +215,32 @@ class LifecycleService(HasTraits):
         if self._lifecycle_task is not None:
             self._lifecycle_task.cancel()
 
+    async def run_lifecycle_tick(self) -> list[Action] | None:
+        """One periodic tick, in one service process at a time across the database.
+
+        Every process runs this loop; the one that holds the database lock does the tick, the
+        others skip it (None). What a tick did is stored before the lock is released, so the
+        next holder never warns, stops or releases the same booking again.
+        """
+        if not await self._in_executor(self.lifecycle_lock.acquire):
+            self.log.debug("Another service process is running the lifecycle tick")
+            return None
+        try:
+            return await self.lifecycle_tick()
+        finally:
+            await self._in_executor(self.lifecycle_lock.release)
+
     async def _lifecycle_loop(self) -> None:
         while True:
             try:
-                await self.lifecycle_tick()
-            except Exception:
-                self.log.exception("Lifecycle tick failed; trying again next interval")
+                await self.run_lifecycle_tick()
+            except Exception as error:
+                if unavailable_reason(error):
+                    # an outage: one line a tick, not a traceback a second
+                    self.log.warning(
+                        "Lifecycle tick skipped, database unavailable: %s",
+                        str(error).splitlines()[0],
+                    )
+                else:
+                    self.log.exception("Lifecycle tick failed; trying again next interval")
             await asyncio.sleep(self.lifecycle_interval_seconds)
