@@ -442,6 +442,32 @@ def test_active_deadline_counts_from_the_given_now(now, expected):
     assert settings.extra_pod_config == {"activeDeadlineSeconds": expected}
 
 
+def test_a_far_end_never_gives_a_deadline_kubernetes_rejects():
+    far = booking(WHOLE, Fraction(1), on("gpu-a", 0)).with_changes(end=NOW + timedelta(days=36500))
+    settings = booking_pod_settings(WHOLE, far, grace_seconds=60, now=NOW)
+    assert settings.extra_pod_config == {"activeDeadlineSeconds": 2**31 - 1}
+
+
+@pytest.mark.parametrize(
+    "deadline_seconds, expected",
+    [(0, {}), (86400, {"activeDeadlineSeconds": 86400}),
+     (2**40, {"activeDeadlineSeconds": 2**31 - 1})],
+)
+def test_the_spawners_backstop_deadline_ignores_the_booking_end(deadline_seconds, expected):
+    settings = booking_pod_settings(
+        WHOLE, booking(WHOLE, Fraction(1), on("gpu-a", 0)), grace_seconds=None, now=NOW,
+        deadline_seconds=deadline_seconds,
+    )
+    assert settings.extra_pod_config == expected
+
+
+def test_no_grace_and_no_backstop_means_no_deadline():
+    settings = booking_pod_settings(
+        WHOLE, booking(WHOLE, Fraction(1), on("gpu-a", 0)), grace_seconds=None, now=NOW
+    )
+    assert settings.extra_pod_config == {}
+
+
 def test_label_values_are_valid_kubernetes_label_values():
     label_value = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
     long_pool = Pool(name="p" * 63, nodes={"n": 1})
