@@ -295,6 +295,40 @@ def gpu_request(
     return _check_request(pool, translate(pool, Fraction(amount), placement))
 
 
+#: Backends that cannot be told which GPU of a node to use: the device plugin or scheduler
+#: picks one, so shares of one booked GPU may be spread over several.
+_UNPINNED_BACKENDS = frozenset({"time-slicing", "mps", "gpu-manager", "volcano"})
+
+
+def pinning_gap(pool: Pool) -> str | None:
+    """Why bookings of ``pool`` may not land on the GPU their placement names, or None.
+
+    Placement books each share on one GPU; unless the pod is pinned to that GPU, the sharing
+    backend may put two quarters on different GPUs, and a booked whole GPU then finds none
+    free and stays Pending. Whole GPUs and MIG instances need no pinning.
+    """
+    if pool.slices_per_gpu <= 1 or pool.backend in ("whole", "mig"):
+        return None
+    if pool.backend == "hami":
+        missing = sorted(node for node, count in pool.nodes.items()
+                         if count and len(pool.gpu_uuids.get(node) or ()) != count)
+        if not missing:
+            return None
+        return (
+            f"Pool {pool.name} (HAMi) has no GPU UUIDs for node(s) {', '.join(missing)}, so HAMi "
+            "may place a booked share on another GPU than the booking holds and a booked whole "
+            "GPU may stay Pending; set the pool's gpu_uuids, or turn on inventory_from_nodes or "
+            "gpu_uuids_from_nodes to read them from HAMi's node annotation."
+        )
+    if pool.backend in _UNPINNED_BACKENDS:
+        return (
+            f"Pool {pool.name} ({pool.backend}) cannot pin a share to the GPU its booking holds, "
+            "so shares may spread over a node's GPUs and a booked whole GPU may stay Pending; "
+            "book whole GPUs from it only, or use HAMi with GPU UUIDs."
+        )
+    return None
+
+
 def check_pool_backend(
     pool: Pool, backends: Mapping[str, BackendFunc | str] | None = None
 ) -> None:

@@ -9,13 +9,13 @@ with a ManualClock's time. The rules themselves live in :mod:`jhub_gpubooking.co
 from __future__ import annotations
 
 import asyncio
-import json
 import smtplib
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 from functools import partial
 
 from jupyterhub.utils import url_escape_path, url_path_join
+from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Bool, Float, HasTraits, Integer, Unicode
 
@@ -25,6 +25,7 @@ from ..core.model import Booking, BookingState
 from ..db.lifecycle import BookingLifecycle
 from ..db.locks import DatabaseLock
 from ..db.session import unavailable_reason
+from .base import hub_user_model
 
 #: How long one call to the Hub API may take before the tick moves on (retried next tick).
 HUB_STOP_TIMEOUT_SECONDS = 20
@@ -173,22 +174,14 @@ class LifecycleService(HasTraits):
         None when the Hub cannot say: unreachable, or an answer without ``servers`` (the Hub
         omits them when the token lacks read:servers). Missing means unknown, never stopped.
         """
-        url = url_path_join(self.hub_api_url, "users", url_escape_path(user))
         try:
-            response = await AsyncHTTPClient().fetch(
-                url,
-                headers={"Authorization": f"token {self.api_token}"},
-                request_timeout=HUB_STOP_TIMEOUT_SECONDS,
-            )
-        except HTTPClientError as error:
-            if error.code == 404:
-                return {}
-            self.log.warning("Hub refused to show the servers of %s: %s", user, error)
+            model = await hub_user_model(self.hub_api_url, self.api_token, user)
+        except web.HTTPError as error:
+            self.log.warning("The Hub did not show the servers of %s: %s", user, error)
             return None
-        except OSError as error:
-            self.log.warning("Hub unreachable to show the servers of %s: %s", user, error)
-            return None
-        servers = json.loads(response.body).get("servers")
+        if model is None:
+            return {}
+        servers = model.get("servers")
         return servers if isinstance(servers, dict) else None
 
     async def stop_booking_server(self, booking: Booking, now: datetime | None = None) -> bool:
