@@ -278,7 +278,7 @@ def test_end_now_ends_an_active_booking_at_once(hub, context):
     row = page.locator(f'#gb-my-bookings tr[data-booking-id="{booking["id"]}"]')
     row.get_by_role("button", name=re.compile(f"^End now booking {booking['id']} ")).click()
     page.wait_for_function(
-        "document.querySelector('#gb-mine-feedback').textContent.includes('has ended')"
+        "() => document.querySelector('#gb-mine-feedback').textContent.includes('has ended')"
     )
     ended = api_bookings(hub, "bob")[booking["id"]]
     assert (ended["state"], ended["release_reason"]) == ("ended", "ended")
