@@ -6,13 +6,14 @@ schedules pods onto configured (GPU) nodes, and runs each pod's container comman
 its own loopback pod IP, so KubeSpawner's real code path runs end to end without Kubernetes.
 """
 
-from .cluster import DevCluster, kubeconfig, load_nodes_file, write_kubeconfig
+from .cluster import DevCluster, KubeconfigAccess, kubeconfig, load_nodes_file, write_kubeconfig
 from .errors import ApiError
 from .scheduler import gpu_node, node_from_config, node_manifest
 
 __all__ = [
     "ApiError",
     "DevCluster",
+    "KubeconfigAccess",
     "gpu_node",
     "kubeconfig",
     "load_nodes_file",

@@ -72,10 +72,7 @@ async def core(tmp_path, webhook):
     async with DevCluster(tmp_path / "cluster", nodes, namespaces=("default", "alice-jobs"),
                           admission_webhooks=[f"{webhook}/mutate", f"{webhook}/validate"],
                           max_grace_seconds=1) as cluster:
-        configuration = client.Configuration(host=cluster.url,
-                                             api_key={"BearerToken": cluster.token},
-                                             api_key_prefix={"BearerToken": "Bearer"})
-        async with client.ApiClient(configuration) as api:
+        async with client.ApiClient(cluster.client_configuration()) as api:
             yield client.CoreV1Api(api)
 
 

@@ -218,8 +218,7 @@ async def test_admission_webhook_denies_and_patches(tmp_path):
         async with DevCluster(tmp_path / "state", [gpu_node("gpu-1")], admission_webhooks=[url]) as cluster:
             from kubernetes_asyncio import client
 
-            configuration = client.Configuration(host=cluster.url, api_key={"BearerToken": cluster.token},
-                                                 api_key_prefix={"BearerToken": "Bearer"})
+            configuration = cluster.client_configuration()
             async with client.ApiClient(configuration) as api:
                 core = client.CoreV1Api(api)
                 admitted = await core.create_namespaced_pod("default", pod_manifest("ok", [sys.executable, "-c", ""]))
