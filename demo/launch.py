@@ -203,7 +203,7 @@ class Demo:
         # the booking service starts with the Hub; the demo is usable once it answers
         wait_for_http(self.hub_url + "/services/gpu-booking/api/pools", 60, self.hub)
 
-    def start(self) -> "Demo":
+    def start(self) -> Demo:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.start_cluster()
@@ -221,7 +221,7 @@ class Demo:
         finally:
             _stop_process_group(self.cluster, timeout=30)
 
-    def __enter__(self) -> "Demo":
+    def __enter__(self) -> Demo:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -206,7 +206,7 @@ class DevCluster:
         if self.kubelet is not None:
             await self.kubelet.shutdown()
 
-    async def __aenter__(self) -> DevCluster:  # noqa: PYI034 (typing.Self needs Python 3.11)
+    async def __aenter__(self) -> DevCluster:
         return await self.start()
 
     async def __aexit__(self, *exc_info) -> None:

@@ -176,7 +176,7 @@ class Kubelet:
             record_event(self.store, pod, "Pulled",
                          f'Container image "{container.get("image", "")}" already present on machine')
             record_event(self.store, pod, "Created", f"Created container {container['name']}")
-            with open(workdir / "container.log", "ab") as log_file:  # noqa: ASYNC230 (local, once per pod)
+            with open(workdir / "container.log", "ab") as log_file:
                 running.process = await asyncio.create_subprocess_exec(
                     *argv, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
@@ -251,8 +251,9 @@ class Kubelet:
                 if data is None or ref["key"] not in data:
                     if ref.get("optional"):
                         return ""
+                    where = f'{resource[:-1]} {pod["metadata"]["namespace"]}/{ref["name"]}'
                     missing = f'{resource[:-1]} "{ref["name"]}" not found' if data is None else \
-                        f'couldn\'t find key {ref["key"]} in {resource[:-1]} {pod["metadata"]["namespace"]}/{ref["name"]}'
+                        f'couldn\'t find key {ref["key"]} in {where}'
                     raise ContainerConfigError(missing)
                 value = data[ref["key"]]
                 return base64.b64decode(value).decode() if decode else value

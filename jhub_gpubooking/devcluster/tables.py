@@ -140,10 +140,7 @@ POD_COLUMNS = [
 
 def _node_status(node: dict) -> str:
     conditions = {c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []}
-    if "Ready" not in conditions:
-        status = "Unknown"
-    else:
-        status = "Ready" if conditions["Ready"] == "True" else "NotReady"
+    status = {"True": "Ready", None: "Unknown"}.get(conditions.get("Ready"), "NotReady")
     if (node.get("spec") or {}).get("unschedulable"):
         status += ",SchedulingDisabled"
     return status

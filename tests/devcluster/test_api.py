@@ -166,7 +166,8 @@ async def test_watch_from_compacted_version_is_410_gone(cluster, core):
 
 
 async def test_watch_sends_bookmarks_when_asked(cluster):
-    url = f"{cluster.url}/api/v1/namespaces/default/pods?watch=true&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion=1"
+    url = (f"{cluster.url}/api/v1/namespaces/default/pods"
+           "?watch=true&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion=1")
     response = await AsyncHTTPClient().fetch(url, headers={"Authorization": f"Bearer {cluster.token}"},
                                              ca_certs=str(cluster.ca_file))
     lines = [json.loads(line) for line in response.body.splitlines()]

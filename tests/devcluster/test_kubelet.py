@@ -141,7 +141,8 @@ async def test_ready_only_once_the_port_accepts_connections(cluster, core):
 async def test_pod_ips_are_distinct_and_reused(cluster, core):
     for name in ("ip-a", "ip-b"):
         await core.create_namespaced_pod("default", pod_manifest(name))
-    ips = [await wait_for(lambda n=name: pod_or_none(cluster, n)["status"].get("podIP"), "ip") for name in ("ip-a", "ip-b")]
+    ips = [await wait_for(lambda n=name: pod_or_none(cluster, n)["status"].get("podIP"), "ip")
+           for name in ("ip-a", "ip-b")]
     assert len(set(ips)) == 2 and all(ip.startswith("127.0.") for ip in ips)
     await core.delete_namespaced_pod("ip-a", "default", grace_period_seconds=0)
     await wait_for(lambda: pod_or_none(cluster, "ip-a") is None, "ip-a gone")

@@ -40,7 +40,7 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def start_demo(state_dir: Path, profile: str = "default") -> "launch.Demo":
+def start_demo(state_dir: Path, profile: str = "default") -> launch.Demo:
     """The demo on free ports; ``profile="lifecycle"`` runs the lifecycle rules on a fast clock."""
     hub, k8s, hub_internal, proxy_api, service = free_ports(5)
     demo = launch.Demo(
