@@ -122,7 +122,7 @@ class ClusterInventory:
 class NodeWatcher:
     """List, then watch nodes in a thread; relist when the watch expires (410) or fails."""
 
-    def __init__(self, api: "CoreV1Api", on_nodes: Callable[[list[dict]], Any],
+    def __init__(self, api: CoreV1Api, on_nodes: Callable[[list[dict]], Any],
                  label_selector: str = "", watch_seconds: int = 300, retry_seconds: float = 5.0):
         self.api = api
         self.on_nodes = on_nodes

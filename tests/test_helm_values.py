@@ -62,7 +62,8 @@ def load_yaml(path: Path) -> dict:
 @pytest.fixture(scope="module")
 def chart() -> tuple[dict, Draft7Validator]:
     if not (Z2JH / "values.yaml").exists():
-        pytest.skip(f"z2jh chart defaults not found at {Z2JH} (shared/ must sit next to the repo, or set GPUBOOKING_SHARED_DIR)")
+        pytest.skip(f"z2jh chart defaults not found at {Z2JH} "
+                    "(shared/ must sit next to the repo, or set GPUBOOKING_SHARED_DIR)")
     schema = load_yaml(Z2JH / "values.schema.yaml")
     return load_yaml(Z2JH / "values.yaml"), Draft7Validator(schema)
 
