@@ -8,6 +8,7 @@ lists events through a field selector, so these commands check the whole contrac
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.kubectl, pytest.mark.timeout(120)]
 def run_kubectl(kubectl, cluster, tmp_path):
     """``await run_kubectl(*args)`` -> (exit code, stdout, stderr), with a private HOME and cache."""
     kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
-    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "KUBECONFIG": str(kubeconfig)}
+    env = dict(os.environ, HOME=str(tmp_path), KUBECONFIG=str(kubeconfig))
 
     async def run(*args: str, config=kubeconfig) -> tuple[int, str, str]:
         process = await asyncio.create_subprocess_exec(

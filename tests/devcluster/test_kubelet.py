@@ -233,3 +233,23 @@ async def test_admission_webhook_denies_and_patches(tmp_path):
                     f'admission webhook "{url}" denied the request: no booking for this GPU')
     finally:
         webhook.stop()
+
+
+async def test_two_devclusters_never_hand_out_the_same_pod_ip(tmp_path):
+    """Pod IPs are leased machine-wide, so parallel devclusters (test runs, the demo) cannot collide
+    in the moment between one kubelet's free-port probe and its container binding the port."""
+    first = DevCluster(tmp_path / "one", [gpu_node("gpu-1")])
+    second = DevCluster(tmp_path / "two", [gpu_node("gpu-1")])
+    async with first, second:
+        manifest = pod_manifest("sleeper", container={"ports": [{"containerPort": 8888}]})
+        first.store.create("pods", "default", manifest)
+        second.store.create("pods", "default", manifest)
+
+        def ips():
+            found = [cluster.store.get("pods", "default", "sleeper")["status"].get("podIP")
+                     for cluster in (first, second)]
+            return found if all(found) else None
+
+        one, two = await wait_for(ips, "both pods have an IP")
+        assert one != two
+    assert one not in first.kubelet.ip_leases and two not in second.kubelet.ip_leases  # released at stop
