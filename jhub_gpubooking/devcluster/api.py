@@ -4,7 +4,8 @@ This is a *contract test of the Kubernetes API calls KubeSpawner makes*, not a c
 no protobuf, no server-side apply, no API groups beyond discovery stubs. For kubectl (``get``,
 ``describe``, ``get events``) it also serves legacy discovery (``/api``, ``/apis``, ``/api/v1``; kubectl
 falls back to it from aggregated discovery, as with servers before 1.26) and Tables for ``get``
-(see ``tables``). ``/openapi/*`` is not served: none of those commands needs it.
+(see ``tables``), and a pod's log (``kubectl logs``; no ``follow``). ``/openapi/*`` is not served: none of
+those commands needs it.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ class DiscoveryHandler(KubeHandler):
                 if plural in ("pods", "services"):
                     entry["categories"] = ["all"]  # what `kubectl get all` lists
                 resources.append(entry)
+            resources.append({"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod",
+                              "verbs": ["get"]})
             self.write_json({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
                              "resources": resources})
 
@@ -279,11 +282,40 @@ class ResourceHandler(KubeHandler):
             watcher.queue.put_nowait(_END_OF_WATCH)
 
 
+class PodLogHandler(KubeHandler):
+    """``GET /api/v1/namespaces/{ns}/pods/{name}/log``: what the container wrote, as plain text.
+
+    ``container`` (the pod's only running container) and ``tailLines`` are honoured; ``follow`` is
+    not (the answer is the log so far)."""
+
+    def get(self, namespace: str, name: str) -> None:
+        pod = self.cluster.store.get("pods", namespace, name)
+        container = pod["spec"]["containers"][0]["name"]
+        asked = self.get_query_argument("container", container)
+        if asked != container:
+            raise ApiError.bad_request(f"container {asked} is not valid for pod {name}")
+        path = self.cluster.kubelet.log_path(pod)
+        if not path.exists():
+            raise ApiError.bad_request(f'container "{container}" in pod "{name}" is waiting to start: '
+                                       "ContainerCreating")
+        text = path.read_bytes()
+        tail = self.get_query_argument("tailLines", None)
+        if tail is not None:
+            try:
+                lines = int(tail)
+            except ValueError as error:
+                raise ApiError.bad_request(f"tailLines must be a number, not {tail!r}") from error
+            text = b"".join(text.splitlines(keepends=True)[-lines:]) if lines > 0 else b""
+        self.set_header("Content-Type", "text/plain")
+        self.finish(text)
+
+
 def make_app(cluster: DevCluster) -> web.Application:
     args = {"cluster": cluster}
     return web.Application([
         (r"/version/?", VersionHandler, args),
         (r"(/api|/apis|/api/v1)/?", DiscoveryHandler, args),
+        (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log/?", PodLogHandler, args),
         (r"/api/v1/namespaces/([^/]+)/([^/]+)/([^/]+)/?", ResourceHandler, args),
         (r"/api/v1/namespaces/([^/]+)/([^/]+)/?", ResourceHandler, args),
         (r"/api/v1/()([^/]+)/([^/]+)/?", ResourceHandler, args),

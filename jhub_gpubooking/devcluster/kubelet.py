@@ -219,7 +219,7 @@ class Kubelet:
             record_event(self.store, pod, "Pulled",
                          f'Container image "{container.get("image", "")}" already present on machine')
             record_event(self.store, pod, "Created", f"Created container {container['name']}")
-            with open(workdir / "container.log", "ab") as log_file:
+            with open(self.log_path(pod), "ab") as log_file:
                 running.process = await asyncio.create_subprocess_exec(
                     *argv, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
@@ -259,9 +259,18 @@ class Kubelet:
                 self.ip_leases.release(ip)  # a program outside any devcluster holds a port there
         raise ContainerConfigError("no free pod IP left in 127.0.0.0/16")
 
+    def pod_dir(self, pod: dict) -> Path:
+        """The pod's working directory (its container's cwd and HOME)."""
+        metadata = pod["metadata"]
+        return self.pods_dir / f"{metadata['namespace']}_{metadata['name']}_{metadata['uid'][:8]}"
+
+    def log_path(self, pod: dict) -> Path:
+        """Where the container's stdout and stderr go (``kubectl logs`` reads it)."""
+        return self.pod_dir(pod) / "container.log"
+
     def _prepare(self, pod: dict, container: dict, pod_ip: str) -> tuple[list[str], dict, Path]:
         metadata = pod["metadata"]
-        workdir = self.pods_dir / f"{metadata['namespace']}_{metadata['name']}_{metadata['uid'][:8]}"
+        workdir = self.pod_dir(pod)
         workdir.mkdir(parents=True, exist_ok=True)
         search_path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         env = {"PATH": search_path, "HOME": str(workdir), "HOSTNAME": metadata["name"], "LANG": "C.UTF-8",

@@ -147,3 +147,23 @@ async def test_kubectl_runs_a_pod_the_kubelet_starts(run_kubectl, cluster):
     await wait_for(lambda: cluster.store.get("pods", "default", "shell")["status"].get("phase") == "Running",
                    "the kubectl-created pod running")
     assert cluster.store.get("pods", "default", "shell")["spec"]["containers"][0]["command"][0] == sys.executable
+
+
+async def test_logs_show_what_the_container_wrote(run_kubectl, cluster, core):
+    talker = [sys.executable, "-c", "import time; print('one'); print('two', flush=True); time.sleep(600)"]
+    await core.create_namespaced_pod("default", pod_manifest("talker", talker))
+    await core.create_namespaced_pod("default", pod_manifest(
+        "waiting", container={"resources": {"limits": {"nvidia.com/gpu": "9"}}}))
+
+    async def logged():
+        code, out, _ = await run_kubectl("logs", "talker")
+        return out if code == 0 and out == "one\ntwo\n" else None
+
+    for _ in range(100):
+        if await logged():
+            break
+        await asyncio.sleep(0.1)
+    assert await ok(run_kubectl, "logs", "talker") == "one\ntwo\n"
+    assert await ok(run_kubectl, "logs", "talker", "--tail=1") == "two\n"
+    code, _, err = await run_kubectl("logs", "waiting")
+    assert code != 0 and 'container "notebook" in pod "waiting" is waiting to start' in err
