@@ -2,6 +2,8 @@
 
     jhub-gpubooking db upgrade [--db-url URL]     create / migrate the booking database
     jhub-gpubooking db current [--db-url URL]     show its schema revision
+    jhub-gpubooking db downgrade REVISION [--db-url URL]   migrate back (e.g. to -1)
+    jhub-gpubooking db copy --from URL --to URL   copy every row into an empty database
     jhub-gpubooking pools list [--config FILE]    pools from the service config (or the database)
     jhub-gpubooking bookings list [--user U] [--state S] [--db-url URL]
 
@@ -16,17 +18,22 @@ import os
 import sys
 from collections.abc import Sequence
 
+from alembic.util import CommandError
+from sqlalchemy.exc import DBAPIError
 from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
 from .core.model import BookingState, Pool, format_amount
 from .core.timegrid import format_time
+from .db.copy import CopyRefused, copy_database
 from .db.session import (
     DB_URL_ENV,
     DEFAULT_DB_URL,
+    MigrationError,
     StaleSchema,
     check_schema,
     current_revision,
     display_url,
+    downgrade,
     head_revision,
     make_engine,
     make_session_factory,
@@ -84,6 +91,25 @@ def _checked_engine(db_url: str):
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     revision = upgrade(args.db_url)
     print(f"Database {display_url(args.db_url)} is at schema revision {revision} (head).")
+    return 0
+
+
+def cmd_db_downgrade(args: argparse.Namespace) -> int:
+    revision = downgrade(args.db_url, args.revision)
+    print(
+        f"Database {display_url(args.db_url)} is at schema revision {revision or 'none'}; "
+        f"only a release needing that revision may use it now."
+    )
+    return 0
+
+
+def cmd_db_copy(args: argparse.Namespace) -> int:
+    report = copy_database(args.source, args.target)
+    print(f"Copied {display_url(args.source)} to {display_url(args.target)}:")
+    print(format_table(("TABLE", "ROWS"), list(report.counts.items())))
+    print(f"Checksum sha256:{report.checksum} is the same in both databases.")
+    if report.whole_seconds:
+        print("Times were stored to the whole second (MySQL/MariaDB DATETIME).")
     return 0
 
 
@@ -178,6 +204,32 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_parser("current", parents=[database], help="show the schema revision").set_defaults(
         run=cmd_db_current
     )
+    db_downgrade = db.add_parser(
+        "downgrade",
+        parents=[database],
+        help="migrate the schema back to an older revision (columns and tables added after it "
+        "are dropped with their data; take a backup first)",
+    )
+    db_downgrade.add_argument(
+        "revision", help="the revision to go back to, e.g. 0002, or -1 for one step"
+    )
+    db_downgrade.set_defaults(run=cmd_db_downgrade)
+    db_copy = db.add_parser(
+        "copy",
+        help="copy every row from one database into an empty, migrated one (e.g. SQLite to "
+        "PostgreSQL), verified by row counts and a checksum",
+    )
+    db_copy.add_argument(
+        "--from", dest="source", required=True, metavar="URL", help="the database to copy"
+    )
+    db_copy.add_argument(
+        "--to",
+        dest="target",
+        required=True,
+        metavar="URL",
+        help="an empty database at the current schema (run `db upgrade --db-url URL` first)",
+    )
+    db_copy.set_defaults(run=cmd_db_copy)
 
     pools = topics.add_parser("pools", help="configured GPU pools").add_subparsers(
         dest="action", required=True
@@ -209,8 +261,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (StaleSchema, ConfigFileNotFound, ValueError) as error:
+    except (
+        StaleSchema,
+        MigrationError,
+        CopyRefused,
+        CommandError,
+        ConfigFileNotFound,
+        ValueError,
+    ) as error:
         print(f"jhub-gpubooking: {error}", file=sys.stderr)
+        return 1
+    except DBAPIError as error:
+        # unreachable server, wrong password, a value the target refuses: one line, no traceback
+        print(f"jhub-gpubooking: database error: {str(error.orig).strip()}", file=sys.stderr)
         return 1
 
 

@@ -38,3 +38,20 @@ def kubectl() -> str:
         print(reason)
         pytest.skip(reason)
     return path
+
+
+@pytest.fixture(scope="module")
+def private_postgres():
+    """A private PostgreSQL server the test may stop and start (see private_postgres.py)."""
+    import private_postgres as private
+
+    reason = private.unavailable()
+    if reason:
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    server = private.PrivatePostgres()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()

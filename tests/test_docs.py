@@ -204,6 +204,8 @@ def test_rest_api_page_comes_from_the_openapi_file(built_site):
 def test_cli_and_metrics_pages_come_from_the_code(built_site):
     cli = page_text(built_site / "reference" / "cli.html")
     assert "jhub-gpubooking db upgrade" in cli
+    assert "jhub-gpubooking db copy" in cli and "--from" in cli and "--to" in cli
+    assert "jhub-gpubooking db downgrade" in cli
     assert "--upgrade-db" in cli
     metrics = (built_site / "reference" / "metrics.html").read_text()
     names = [metric.name for metric in ServiceMetrics().registry.collect()]

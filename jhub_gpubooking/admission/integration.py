@@ -9,7 +9,9 @@ service already runs in the hub pod where z2jh keeps the database credentials.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from datetime import datetime, timedelta
 from typing import Any
 
 from jupyterhub.utils import url_path_join
@@ -19,6 +21,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, HasTraits, Integer, List, Unicode, default
 
 from ..core.model import Pool
+from .claims import PodClaims
 from .review import AdmissionSettings
 from .server import hub_group_members, start_webhook_server, webhook_app
 
@@ -67,6 +70,25 @@ class ClusterIntegration(HasTraits):
         # z2jh names the hub's service account "hub"; POD_NAMESPACE is set in the hub pod
         return [f"system:serviceaccount:{os.environ.get('POD_NAMESPACE', 'default')}:hub"]
 
+    webhook_client_ca_file = Unicode(
+        "",
+        help="CA bundle that signs the API server's client certificate for admission webhooks "
+        "(its --admission-control-config-file kubeconfig). Set, the webhook completes TLS only "
+        "with callers presenting a certificate this CA signed; empty, any caller the network "
+        "policy lets through may connect.",
+    ).tag(config=True)
+    webhook_client_names = List(
+        Unicode(),
+        help="Common or DNS names allowed in the client certificate (needs "
+        "webhook_client_ca_file); empty: any certificate the CA signed.",
+    ).tag(config=True)
+    webhook_max_concurrent_reviews = Integer(
+        4,
+        help="Reviews of GPU pods that may read the database at once; others wait up to 3 "
+        "seconds and are then refused with 'try again', so a flood of reviews cannot take the "
+        "REST API's executor.",
+    ).tag(config=True)
+
     webhook_deadline_grace_seconds = Integer(
         60, help="Seconds an admitted GPU pod may outlive its booking's end (activeDeadlineSeconds)."
     ).tag(config=True)
@@ -87,8 +109,9 @@ class ClusterIntegration(HasTraits):
         "", help="Label selector limiting the watched nodes (e.g. nvidia.com/gpu.present=true)."
     ).tag(config=True)
     inventory_kubeconfig = Unicode(
-        "", help="Kubeconfig file for the node watch; empty: the pod's in-cluster service account "
-        "(its role needs get, list and watch on nodes)."
+        "", help="Kubeconfig file for the node watch and the webhook's pod claims; empty: the "
+        "pod's in-cluster service account (its role needs get, list and watch on nodes, and get "
+        "and delete on pods in the gated namespaces)."
     ).tag(config=True)
 
     # -- start-up -----------------------------------------------------------------------------
@@ -111,6 +134,9 @@ class ClusterIntegration(HasTraits):
         from ..inventory_sync import BookingFlags, ClusterInventory, NodeWatcher, flagged_routes
 
         self.node_watcher = None
+        if self.webhook_client_names and not self.webhook_client_ca_file:
+            raise ValueError("webhook_client_names needs webhook_client_ca_file: names are "
+                             "checked in client certificates that CA signed.")
         flags = BookingFlags(make_session_factory(make_engine(self.db_url)), self.clock)
         tornado_app.add_handlers(".*$", [
             web.url(url_path_join(self.service_prefix, template), handler,
@@ -145,10 +171,12 @@ class ClusterIntegration(HasTraits):
                 store=self.store, executor=self.executor, clock=self.clock,
                 admission_settings=self.admission_settings,
                 group_members=hub_group_members(self.hub_api_url, self.api_token),
+                review_slots=asyncio.Semaphore(max(1, self.webhook_max_concurrent_reviews)),
+                client_names=tuple(self.webhook_client_names),
             )
             self.webhook_server, port, certificate = start_webhook_server(
                 app, self.webhook_port, self.webhook_address, self.webhook_certfile,
-                self.webhook_keyfile,
+                self.webhook_keyfile, self.webhook_client_ca_file,
             )
             if certificate is not None:
                 self._certificate_check = PeriodicCallback(
@@ -157,6 +185,24 @@ class ClusterIntegration(HasTraits):
                 self._certificate_check.start()
             self.log.info("Admission webhook listening on %s:%s (%s)", self.webhook_address, port,
                           "TLS" if self.webhook_certfile else "plain HTTP, for tests only")
+
+    # -- pod claims (called by the lifecycle tick) ----------------------------------------------
+
+    @property
+    def pod_claims(self) -> PodClaims | None:
+        """The webhook's pod claims, when the webhook is on (None otherwise)."""
+        if not self.webhook_port:
+            return None
+        if getattr(self, "_pod_claims", None) is None:
+            self._pod_claims = PodClaims(
+                self.store, self.kubernetes_core_api, self.executor,
+                timedelta(seconds=self.webhook_deadline_grace_seconds),
+            )
+        return self._pod_claims
+
+    async def reconcile_pod_claims(self, now: datetime) -> None:
+        if self.pod_claims is not None:
+            await self.pod_claims.reconcile(now)
 
     def stop_cluster_integration(self) -> None:
         if getattr(self, "_certificate_check", None) is not None:

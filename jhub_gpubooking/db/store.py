@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -324,6 +324,31 @@ class BookingStore:
 
     def active_for_user(self, user: str) -> list[Booking]:
         return self.list(user=user, state=BookingState.ACTIVE)
+
+    def active_for_users(self, users: Collection[str]) -> list[Booking]:
+        """Active bookings of any of ``users`` (one query, e.g. the members of a group)."""
+        if not users:
+            return []
+        statement = (
+            select(BookingRow)
+            .where(BookingRow.user.in_(sorted(users)), *self._state_filter(BookingState.ACTIVE))
+            .order_by(BookingRow.start, BookingRow.id)
+        )
+        with self._transaction() as session:
+            return [booking_from_row(row) for row in session.scalars(statement)]
+
+    def held_by_prefix(self, prefix: str) -> list[tuple[Booking, datetime]]:
+        """Booked (not cancelled) bookings whose holder name starts with ``prefix``, with the
+        time each was claimed: the admission webhook's ``pod:`` claims, for its reconcile."""
+        statement = (
+            select(BookingRow)
+            .where(BookingRow.status == "booked",
+                   BookingRow.server.startswith(prefix, autoescape=True))
+            .order_by(BookingRow.id)
+        )
+        with self._transaction() as session:
+            return [(booking_from_row(row), as_utc(row.claimed_at or row.updated))
+                    for row in session.scalars(statement)]
 
     def upcoming_for_user(self, user: str) -> list[Booking]:
         return self.list(user=user, state=BookingState.UPCOMING)

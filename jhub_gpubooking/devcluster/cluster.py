@@ -26,7 +26,7 @@ from .kubelet import Kubelet
 from .scheduler import DEFAULT_SCHEDULER, TERMINAL_PHASES, Scheduler, admit_pod
 from .selectors import make_filter
 from .store import RESOURCES, Change, ObjectStore
-from .tls import issue_server_certificates
+from .tls import issue_certificate
 
 _EVERYTHING = make_filter("pods", None, None)
 
@@ -170,7 +170,7 @@ class DevCluster:
 
     def _server_ssl_context(self) -> ssl.SSLContext:
         hosts = tuple(dict.fromkeys((self.host, "127.0.0.1", "localhost")))
-        certificates = issue_server_certificates(hosts)
+        certificates = issue_certificate("devcluster", hosts)
         _ca, cert_file, key_file = certificates.write(self.state_dir / "tls")
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert_file, key_file)

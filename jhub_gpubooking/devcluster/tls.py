@@ -2,7 +2,8 @@
 
 The devcluster serves its simulated API over HTTPS with these (client-go, hence kubectl, never sends a
 bearer token over plain HTTP), and the tests give the admission webhook the same kind of pair, as
-cert-manager would issue it. Nothing here is meant for production: keys live only as long as the run.
+cert-manager would issue it, and the API server's client certificate. Nothing here is meant for
+production: keys live only as long as the run.
 """
 
 from __future__ import annotations
@@ -19,18 +20,20 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
 @dataclass(frozen=True)
-class ServerCertificates:
-    """PEM bytes: the CA clients trust, and the server's certificate and private key."""
+class IssuedCertificate:
+    """PEM bytes: the CA that signed the certificate (what the other side trusts), the certificate
+    and its private key."""
 
     ca_pem: bytes
     cert_pem: bytes
     key_pem: bytes
 
-    def write(self, directory: str | Path) -> tuple[Path, Path, Path]:
-        """``(ca.pem, tls.crt, tls.key)`` in ``directory``; the key is readable by its owner only."""
+    def write(self, directory: str | Path, names: tuple[str, str, str] = ("ca.pem", "tls.crt", "tls.key"),
+              ) -> tuple[Path, Path, Path]:
+        """``(CA, certificate, key)`` files in ``directory``; the key is readable by its owner only."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        paths = directory / "ca.pem", directory / "tls.crt", directory / "tls.key"
+        paths = directory / names[0], directory / names[1], directory / names[2]
         paths[0].write_bytes(self.ca_pem)
         paths[1].write_bytes(self.cert_pem)
         paths[2].touch(mode=0o600)
@@ -52,9 +55,10 @@ def _subject_alternative_names(hosts: tuple[str, ...]) -> x509.SubjectAlternativ
     return x509.SubjectAlternativeName(names)
 
 
-def issue_server_certificates(hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
-                              common_name: str = "devcluster", days: int = 30) -> ServerCertificates:
-    """A new CA (ECDSA P-256) and a server certificate it signed, valid for ``hosts`` (IPs or DNS names)."""
+def issue_certificate(common_name: str, hosts: tuple[str, ...] = (), client: bool = False,
+                      days: int = 30) -> IssuedCertificate:
+    """A new CA (ECDSA P-256) and a certificate it signed: for a server valid for ``hosts`` (IP
+    addresses or DNS names), or with ``client=True`` for a client that authenticates as ``common_name``."""
     now = datetime.datetime.now(datetime.timezone.utc)
     not_before, not_after = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -72,19 +76,20 @@ def issue_server_certificates(hosts: tuple[str, ...] = ("127.0.0.1", "localhost"
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
+    usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
+    builder = (
         x509.CertificateBuilder().subject_name(_name(common_name)).issuer_name(ca_name)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())
         .not_valid_before(not_before).not_valid_after(not_after)
-        .add_extension(_subject_alternative_names(hosts), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
                        critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
-    return ServerCertificates(
+    if hosts:
+        builder = builder.add_extension(_subject_alternative_names(hosts), critical=False)
+    return IssuedCertificate(
         ca_pem=ca.public_bytes(serialization.Encoding.PEM),
-        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+        cert_pem=builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM),
         key_pem=key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                   serialization.NoEncryption()),
     )

@@ -24,7 +24,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.log import access_log
-from traitlets import Bool, Dict, Instance, Integer, List, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Instance, Integer, List, Unicode, default, validate
 from traitlets.config import Application, catch_config_error
 
 from .._version import __version__
@@ -252,6 +252,13 @@ class GPUBookingService(
         Unicode(),
         help="Hub groups whose members administer bookings, besides Hub admins.",
     ).tag(config=True)
+    db_timeout_seconds = Float(
+        5.0,
+        help="Longest wait for the database before a request is answered 503 (Service "
+        "Unavailable, with Retry-After): connecting to PostgreSQL/MariaDB, a free pooled "
+        "connection, SQLite's write lock, a row lock. The Hub's spawner then refuses GPU "
+        "starts with its 'booking service unavailable' sentence instead of hanging.",
+    ).tag(config=True)
     executor_threads = Integer(
         4, help="Threads for database work, so the event loop never waits on the database."
     ).tag(config=True)
@@ -321,7 +328,7 @@ class GPUBookingService(
 
         if self.upgrade_db:
             upgrade(self.db_url)
-        engine = make_engine(self.db_url)
+        engine = self.db_engine = make_engine(self.db_url, timeout=self.db_timeout_seconds)
         check_schema(engine)
         store = BookingStore(
             make_session_factory(engine),

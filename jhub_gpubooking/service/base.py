@@ -19,10 +19,15 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.ioloop import IOLoop
+from tornado.log import app_log
 
 from ..core.errors import BookingError
+from ..db.session import unavailable_reason
 
 T = TypeVar("T")
+
+#: Seconds a client is asked to wait (``Retry-After``) when the database cannot answer.
+RETRY_AFTER_SECONDS = 5
 
 
 def refusal(status: int, message: str) -> web.HTTPError:
@@ -203,13 +208,20 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         return url_path_join(base, self.service_url(*parts))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        """Errors are JSON ``{"status": N, "message": "…"}`` like the Hub's REST API."""
+        """Errors are JSON ``{"status": N, "message": "…"}`` like the Hub's REST API.
+
+        A database that cannot answer (down, locked, read-only, full) is a 503 with
+        ``Retry-After``, so clients (the Hub's spawner among them) know to come back."""
         exc_info = kwargs.get("exc_info")
         message = ""
         if exc_info:
             exception = exc_info[1]
+            unavailable = unavailable_reason(exception)
             if isinstance(exception, BookingError):
                 message = exception.message
+            elif unavailable:
+                message = unavailable
+                self.set_header("Retry-After", str(RETRY_AFTER_SECONDS))
             else:
                 message = getattr(exception, "log_message", "") or ""
                 format_args = getattr(exception, "args", ())
@@ -224,10 +236,21 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         # booking refusals are normal answers, not server errors worth a traceback
         if isinstance(value, BookingError):
             return
+        if unavailable_reason(value):
+            # an outage is one line per request, not a traceback each
+            app_log.warning(
+                "%s %s answered 503, database unavailable: %s",
+                self.request.method,
+                getattr(self, "route_template", "") or type(self).__name__,
+                str(value).splitlines()[0],
+            )
+            return
         super().log_exception(typ, value, tb)
 
     def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
         exc_info = kwargs.get("exc_info")
         if exc_info and isinstance(exc_info[1], BookingError):
             status_code = exc_info[1].status
+        elif exc_info and unavailable_reason(exc_info[1]):
+            status_code = 503
         super().send_error(status_code, **kwargs)

@@ -18,9 +18,12 @@ from jupyterhub.utils import url_escape_path, url_path_join
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Bool, Float, HasTraits, Integer, Unicode
 
+from ..admission.review import holder_pod
 from ..core.lifecycle import Action, ActionKind, LifecycleRules
 from ..core.model import Booking
 from ..db.lifecycle import BookingLifecycle
+from ..db.locks import DatabaseLock
+from ..db.session import unavailable_reason
 
 #: How long one call to the Hub API may take before the tick moves on (retried next tick).
 HUB_STOP_TIMEOUT_SECONDS = 20
@@ -103,6 +106,8 @@ class LifecycleService(HasTraits):
 
     def setup_lifecycle(self) -> None:
         self.lifecycle = BookingLifecycle(self.store, self.lifecycle_rules())
+        # several service processes may share a PostgreSQL/MariaDB database: one ticks at a time
+        self.lifecycle_lock = DatabaseLock(self.db_engine, "jhub_gpubooking.lifecycle")
 
     async def _in_executor(self, func, *args, **kwargs):
         loop = asyncio.get_running_loop()
@@ -120,6 +125,8 @@ class LifecycleService(HasTraits):
                 self.log.exception(
                     "Lifecycle %s of booking %s failed", action.kind.value, action.booking_id
                 )
+        # bookings the admission webhook claimed for pods (admission/claims.py)
+        await self.reconcile_pod_claims(now)
         return actions
 
     async def _apply(self, action: Action, now: datetime) -> None:
@@ -140,7 +147,9 @@ class LifecycleService(HasTraits):
             await self.send_warning_email(booking)
         elif action.kind is ActionKind.STOP_SERVER and self.stop_servers_at_end:
             booking = await self._in_executor(self.store.get, action.booking_id)
-            if await self.stop_hub_server(booking.user, booking.server):
+            pods = self.pod_claims if holder_pod(booking.server) else None
+            if await (pods.stop_pod(booking) if pods else
+                      self.stop_hub_server(booking.user, booking.server)):
                 await self._in_executor(
                     self.lifecycle.mark_stop_requested, booking.id, booking.server
                 )
@@ -206,10 +215,32 @@ class LifecycleService(HasTraits):
         if self._lifecycle_task is not None:
             self._lifecycle_task.cancel()
 
+    async def run_lifecycle_tick(self) -> list[Action] | None:
+        """One periodic tick, in one service process at a time across the database.
+
+        Every process runs this loop; the one that holds the database lock does the tick, the
+        others skip it (None). What a tick did is stored before the lock is released, so the
+        next holder never warns, stops or releases the same booking again.
+        """
+        if not await self._in_executor(self.lifecycle_lock.acquire):
+            self.log.debug("Another service process is running the lifecycle tick")
+            return None
+        try:
+            return await self.lifecycle_tick()
+        finally:
+            await self._in_executor(self.lifecycle_lock.release)
+
     async def _lifecycle_loop(self) -> None:
         while True:
             try:
-                await self.lifecycle_tick()
-            except Exception:
-                self.log.exception("Lifecycle tick failed; trying again next interval")
+                await self.run_lifecycle_tick()
+            except Exception as error:
+                if unavailable_reason(error):
+                    # an outage: one line a tick, not a traceback a second
+                    self.log.warning(
+                        "Lifecycle tick skipped, database unavailable: %s",
+                        str(error).splitlines()[0],
+                    )
+                else:
+                    self.log.exception("Lifecycle tick failed; trying again next interval")
             await asyncio.sleep(self.lifecycle_interval_seconds)

@@ -115,9 +115,9 @@ def test_pod_asking_more_than_booked_is_denied_with_each_bookings_reason(setting
     verdict = review(pod, bookings=bookings, settings=settings)
     assert verdict.message == (
         "No active booking of user alice covers this pod's GPUs (nvidia.com/gpu: 2): "
-        "booking 3 (1 GPU of l40s): the pod asks for 2 nvidia.com/gpu but the booking gives 1; "
-        "booking 4 (0.25 GPU of a100-hami): the pod must also ask for nvidia.com/gpucores, "
-        "nvidia.com/gpumem, or its share is not limited."
+        "a booking of 1 GPU in pool l40s: the pod asks for 2 nvidia.com/gpu but the booking "
+        "gives 1; a booking of 0.25 GPU in pool a100-hami: the pod must also ask for "
+        "nvidia.com/gpucores, nvidia.com/gpumem, or its share is not limited."
     )
 
 
@@ -156,8 +156,8 @@ def test_outside_pod_cannot_use_a_booking_held_by_a_notebook_server(settings):
     verdict = review(gpu_pod(QUARTER_HAMI), bookings=[booking(server="")], settings=settings)
     assert verdict.message == (
         "No active booking of user alice covers this pod's GPUs (nvidia.com/gpu: 1, "
-        "nvidia.com/gpucores: 25, nvidia.com/gpumem: 10240): booking 7 is in use by the "
-        "notebook server ''."
+        "nvidia.com/gpucores: 25, nvidia.com/gpumem: 10240): a booking of 0.25 GPU in pool "
+        "a100-hami is in use by a notebook server, and one booking admits one pod at a time."
     )
 
 

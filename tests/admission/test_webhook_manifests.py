@@ -19,7 +19,8 @@ from jhub_gpubooking.service.app import GPUBookingService
 REPO = Path(__file__).parents[2]
 WEBHOOK = REPO / "helm-values" / "webhook"
 Z2JH = REPO.parent / "shared" / "z2jh"
-MANIFEST_FILES = ["cert-manager.yaml", "service.yaml", "webhook-configurations.yaml"]
+MANIFEST_FILES = ["cert-manager.yaml", "service.yaml", "webhook-configurations.yaml",
+                  "network-policy.yaml", "pod-claims-rbac.yaml"]
 STRICT_GROUPS = ("v1", "admissionregistration.k8s.io/v1", "networking.k8s.io/v1",
                  "rbac.authorization.k8s.io/v1")
 
@@ -95,3 +96,28 @@ def test_values_validate_against_the_chart_and_configure_the_service(tmp_path, m
     assert service.webhook_port == 8443 and service.inventory_from_nodes
     assert service.pools  # the base config was loaded too
     assert set(pools_from_nodes([], service.inventory_pool_templates)) == set()
+
+
+def test_only_the_api_server_may_reach_the_webhook_port():
+    """Every NetworkPolicy rule opening 8443 names its sources, and only by address (the API
+    server is not a pod); none opens the port to everyone."""
+    rules = [rule for policy in by_kind("NetworkPolicy")
+             for rule in policy["spec"].get("ingress", [])
+             if any(port.get("port") == 8443 for port in rule.get("ports", []))]
+    assert rules
+    for rule in rules:
+        assert rule.get("from"), "a rule without 'from' admits every source"
+        assert all(set(peer) == {"ipBlock"} for peer in rule["from"])
+
+
+def test_claims_are_declared_side_effects_and_ephemeral_containers_are_checked():
+    (mutating,) = by_kind("MutatingWebhookConfiguration")[0]["webhooks"]
+    assert mutating["sideEffects"] == "NoneOnDryRun"
+    (validating,) = by_kind("ValidatingWebhookConfiguration")[0]["webhooks"]
+    assert {"resources": ["pods/ephemeralcontainers"], "operations": ["UPDATE"]}.items() <= \
+        next(rule for rule in validating["rules"]
+             if rule["resources"] == ["pods/ephemeralcontainers"]).items()
+    (role,) = [r for r in by_kind("ClusterRole") if r["metadata"]["name"] ==
+               "gpubooking-pod-claims"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"],
+                              "verbs": ["get", "delete"]}]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import pytest
 from db_test_times import NOW
@@ -102,18 +102,18 @@ def postgres_schema(database_url: URL):
         engine.dispose()
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgresql", marks=pytest.mark.postgres),
-        pytest.param("mysql", marks=pytest.mark.mysql),
-    ]
-)
-def db_url(request, tmp_path):
-    """The URL of an empty database (never upgraded) on each backend."""
-    backend = request.param
+BACKENDS = [
+    "sqlite",
+    pytest.param("postgresql", marks=pytest.mark.postgres),
+    pytest.param("mysql", marks=pytest.mark.mysql),
+]
+
+
+@contextmanager
+def empty_database(request, backend: str, folder):
+    """The URL of a new empty database on ``backend`` (skips when its server is unreachable)."""
     if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'gpubooking.sqlite'}"
+        yield f"sqlite:///{folder / f'{unique_name()}.sqlite'}"
         return
     reason = server_unreachable(backend)
     if reason:
@@ -125,6 +125,22 @@ def db_url(request, tmp_path):
         fresh = ServerDatabase(backend)
     with fresh as url:
         yield url.render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def open_database(request, tmp_path):
+    """``open_database()`` → the URL of another empty database on the test's backend."""
+    with ExitStack() as stack:
+        yield lambda: stack.enter_context(
+            empty_database(request, request.node.callspec.params["db_url"], tmp_path)
+        )
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request, tmp_path):
+    """The URL of an empty database (never upgraded) on each backend."""
+    with empty_database(request, request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

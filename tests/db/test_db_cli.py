@@ -46,6 +46,20 @@ def test_db_current_and_upgrade(capsys, db_url):
     assert run(capsys, "db", "current", "--db-url", db_url)[1] == f"{head_revision()} (head)\n"
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_db_downgrade_one_step_and_back(capsys, db_url):
+    assert run(capsys, "db", "upgrade", "--db-url", db_url)[0] == 0
+    code, out, _ = run(capsys, "db", "downgrade", "-1", "--db-url", db_url)
+    assert code == 0
+    previous = current_revision(db_url)
+    assert previous is not None and previous != head_revision()
+    assert f"is at schema revision {previous};" in out
+    assert run(capsys, "db", "current", "--db-url", db_url)[1].startswith(f"{previous} (head is ")
+    code, _, err = run(capsys, "db", "downgrade", "nonsense", "--db-url", db_url)
+    assert code == 1 and err.startswith("jhub-gpubooking: ") and "nonsense" in err
+    assert run(capsys, "db", "upgrade", "--db-url", db_url)[0] == 0
+
+
 def test_db_url_defaults_to_the_environment(capsys, monkeypatch, tmp_path):
     url = f"sqlite:///{tmp_path / 'from-env.sqlite'}"
     monkeypatch.setenv("GPUBOOKING_DB_URL", url)

@@ -40,8 +40,11 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def start_demo(state_dir: Path, profile: str = "default") -> launch.Demo:
-    """The demo on free ports; ``profile="lifecycle"`` runs the lifecycle rules on a fast clock."""
+def start_demo(
+    state_dir: Path, profile: str = "default", db_url: str | None = None
+) -> launch.Demo:
+    """The demo on free ports; ``profile="lifecycle"`` runs the lifecycle rules on a fast clock;
+    ``db_url`` puts the booking service on that database instead of the demo's SQLite file."""
     hub, k8s, hub_internal, proxy_api, service = free_ports(5)
     demo = launch.Demo(
         state_dir=state_dir,
@@ -56,6 +59,7 @@ def start_demo(state_dir: Path, profile: str = "default") -> launch.Demo:
             "DEMO_HUB_PORT": str(hub_internal),
             "DEMO_PROXY_API_PORT": str(proxy_api),
             "DEMO_SERVICE_PORT": str(service),
+            **({"E2E_DB_URL": db_url} if db_url else {}),
         },
     )
     return demo.start()

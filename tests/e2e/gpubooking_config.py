@@ -4,6 +4,9 @@ import os
 c = get_config()  # noqa: F821
 load_subconfig(os.path.join(os.environ["E2E_DEMO_DIR"], "gpubooking_config.py"))  # noqa: F821
 c.GPUBookingService.slot_minutes = 1
+if os.environ.get("E2E_DB_URL"):
+    c.GPUBookingService.db_url = os.environ["E2E_DB_URL"]
+    c.GPUBookingService.lifecycle_interval_seconds = 1
 c.GPUBookingService.default_policy = {"max_minutes": 8 * 60, "max_bookings": 10, "max_gpus": 4}
 
 if os.environ.get("E2E_PROFILE") == "lifecycle":

@@ -15,6 +15,8 @@ command = list(service["command"])
 command[command.index("--config") + 1] = os.path.join(os.path.dirname(__file__), "gpubooking_config.py")
 service["command"] = command
 service["environment"] = {**service.get("environment", {}), "E2E_DEMO_DIR": os.environ["E2E_DEMO_DIR"]}
+if os.environ.get("E2E_DB_URL"):
+    service["environment"]["E2E_DB_URL"] = os.environ["E2E_DB_URL"]
 
 if os.environ.get("E2E_PROFILE") == "lifecycle":
     # the pod deadline lies far past the booking's end, so only the service can stop a server

@@ -11,7 +11,12 @@ import os
 from alembic import context
 
 from jhub_gpubooking.db.models import Base
-from jhub_gpubooking.db.session import DB_URL_ENV, DEFAULT_DB_URL, make_engine
+from jhub_gpubooking.db.session import (
+    DB_URL_ENV,
+    DEFAULT_DB_URL,
+    make_engine,
+    migration_transaction,
+)
 
 
 def run_on(connection) -> None:
@@ -33,7 +38,7 @@ def run_migrations() -> None:
         return
     engine = make_engine(os.environ.get(DB_URL_ENV, DEFAULT_DB_URL))
     try:
-        with engine.begin() as connection:
+        with migration_transaction(engine) as connection:
             run_on(connection)
     finally:
         engine.dispose()

@@ -1,0 +1,154 @@
+"""Bookings the webhook claimed for pods: released when the pod ends, the pod removed when its
+booking is over.
+
+The mutating webhook claims a booking for the first pod it admits on it, with the holder name
+``pod:<namespace>/<name>`` (:func:`.review.pod_holder`), so the lifecycle rules see the booking
+in use exactly as when a Hub server claims it. A pod's end is not an admission event (a finished
+pod stays until someone deletes it), so the service reconciles these claims against the cluster
+in every lifecycle tick: :func:`decide_claim` is the pure rule, :class:`PodClaims` does the I/O
+with the official ``kubernetes`` client (synchronous, so in the service's executor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from ..core.model import Booking
+from .review import POD_HOLDER_PREFIX, holder_pod
+
+log = logging.getLogger(__name__)
+
+#: A claim whose pod the cluster does not show yet is kept this long: the claim is made during
+#: admission, before the API server stores the pod (and a later webhook may still refuse it).
+POD_CREATE_WINDOW = timedelta(seconds=60)
+#: Phases of a pod that will not run again (restartPolicy is applied inside Running).
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class ClaimAction(str, enum.Enum):
+    RELEASE = "release"  # the pod is gone or finished: give the booking back to its owner
+    DELETE_POD = "delete_pod"  # the booking is over (plus grace) and the pod still runs
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the cluster says about a claiming pod."""
+
+    phase: str = "Pending"
+    deleting: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.deleting or self.phase in FINISHED_PHASES
+
+
+def decide_claim(booking: Booking, claimed_at: datetime, pod: PodFacts | None, now: datetime,
+                 grace: timedelta) -> ClaimAction | None:
+    """What to do about ``booking``'s pod claim at ``now`` (``pod`` None: no such pod)."""
+    if pod is None:
+        return ClaimAction.RELEASE if now - claimed_at >= POD_CREATE_WINDOW else None
+    if pod.finished:
+        return ClaimAction.RELEASE
+    if now >= booking.end + grace:
+        return ClaimAction.DELETE_POD
+    return None
+
+
+def pod_facts(pod: Any) -> PodFacts:
+    """Facts from a ``kubernetes`` client V1Pod."""
+    return PodFacts(phase=(pod.status.phase if pod.status else None) or "Pending",
+                    deleting=pod.metadata.deletion_timestamp is not None)
+
+
+class PodClaims:
+    """Reconcile the store's ``pod:`` claims with the cluster's pods.
+
+    ``core_api`` returns a ``kubernetes.client.CoreV1Api`` (made lazily: outside a cluster the
+    service runs without it, and the reconcile then logs once and waits).
+    """
+
+    def __init__(self, store: Any, core_api: Callable[[], Any], executor: Executor,
+                 grace: timedelta):
+        self.store = store
+        self._core_api_factory = core_api
+        self._core_api: Any = None
+        self.executor = executor
+        self.grace = grace
+        self._unavailable_logged = False
+
+    async def _run(self, func: Callable, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor,
+                                                                partial(func, *args))
+
+    def _api(self) -> Any:
+        if self._core_api is None:
+            self._core_api = self._core_api_factory()
+        return self._core_api
+
+    def _read_pod(self, namespace: str, name: str) -> PodFacts | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return pod_facts(self._api().read_namespaced_pod(name, namespace))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def _delete_pod(self, namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._api().delete_namespaced_pod(name, namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def reconcile(self, now: datetime) -> list[tuple[int, ClaimAction]]:
+        """Release claims of ended pods, delete pods of ended bookings; returns what was done."""
+        held = await self._run(self.store.held_by_prefix, POD_HOLDER_PREFIX)
+        done: list[tuple[int, ClaimAction]] = []
+        for booking, claimed_at in held:
+            pod = holder_pod(booking.server)
+            try:
+                if pod is None:
+                    raise ValueError(f"holder {booking.server!r} names no pod")
+                facts = await self._run(self._read_pod, *pod)
+                action = decide_claim(booking, claimed_at, facts, now, self.grace)
+                if action is ClaimAction.DELETE_POD:
+                    await self._run(self._delete_pod, *pod)
+                    log.info("Deleted pod %s/%s: its booking %s ended at %s", *pod, booking.id,
+                             booking.end)
+                if action is not None:
+                    await self._run(self.store.release, booking.id, booking.server)
+                    done.append((booking.id, action))
+            except Exception as error:  # noqa: BLE001 - one pod must not stop the others
+                if self._unavailable_logged:
+                    log.debug("Pod claim of booking %s not checked: %s", booking.id, error)
+                else:
+                    log.warning("Pod claim of booking %s not checked (retried every tick): %s",
+                                booking.id, error)
+                    self._unavailable_logged = True
+        return done
+
+    async def stop_pod(self, booking: Booking) -> bool:
+        """The lifecycle's stop rule for a pod holder: delete the pod; True once it is gone
+        or going (the reconcile then releases the claim)."""
+        pod = holder_pod(booking.server)
+        if pod is None:
+            return False
+        try:
+            await self._run(self._delete_pod, *pod)
+        except Exception as error:  # noqa: BLE001 - retried on the next tick
+            log.warning("Could not delete pod %s/%s of booking %s: %s", *pod, booking.id, error)
+            return False
+        log.info("Deleted pod %s/%s: its booking %s ended", *pod, booking.id)
+        return True

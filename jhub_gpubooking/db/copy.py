@@ -1,0 +1,145 @@
+"""Copy every row of one booking database into another: how a lab moves from SQLite to
+PostgreSQL or MariaDB (``jhub-gpubooking db copy --from URL --to URL``).
+
+Both databases must be at this release's schema revision and the target must be empty. All
+rows go into the target in one transaction, parents before children, with their ids; then the
+target's id sequences are moved past the copied ids (PostgreSQL), and a SHA-256 over every row
+of every table, read back from the target inside the same transaction, must equal the one of
+the source, or nothing is committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, Table, func, insert, select, text
+
+from .models import Base
+from .session import check_schema, display_url, make_engine
+
+#: Rows read and written at a time, so a large history never sits in memory at once.
+COPY_CHUNK_ROWS = 1000
+
+
+class CopyRefused(RuntimeError):
+    """The copy was not done (or was rolled back); the message says why."""
+
+
+@dataclass(frozen=True)
+class CopyReport:
+    counts: dict[str, int]  # table -> rows copied, in copy order
+    checksum: str  # SHA-256 of every row, equal on both sides
+    whole_seconds: bool  # times were cut to whole seconds (MySQL/MariaDB DATETIME)
+
+
+def _fit(value, whole_seconds: bool):
+    """A value as the target stores it (MySQL/MariaDB DATETIME keeps no fraction of a second)."""
+    if whole_seconds and isinstance(value, datetime):
+        return value.replace(microsecond=0)
+    return value
+
+
+def _canonical(value) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+class _Digest:
+    """SHA-256 over tables and rows in copy order, values in a canonical JSON form."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+
+    def table(self, name: str) -> None:
+        self._hash.update(f"\0table {name}\n".encode())
+
+    def rows(self, rows: Iterable[dict], columns: list[str]) -> None:
+        for row in rows:
+            values = [_canonical(row[column]) for column in columns]
+            self._hash.update(json.dumps(values, sort_keys=True, default=str).encode() + b"\n")
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def _ordered(table: Table):
+    return select(table).order_by(*table.primary_key.columns)
+
+
+def _chunks(connection: Connection, table: Table):
+    result = connection.execution_options(yield_per=COPY_CHUNK_ROWS).execute(_ordered(table))
+    for partition in result.mappings().partitions():
+        yield [dict(row) for row in partition]
+
+
+def _refuse_data(connection: Connection, url: str) -> None:
+    for table in Base.metadata.sorted_tables:
+        count = connection.execute(select(func.count()).select_from(table)).scalar()
+        if count:
+            raise CopyRefused(
+                f"The target database {url} already holds data ({table.name}: {count} "
+                f"row{'s' if count != 1 else ''}); "
+                "copy only into an empty database that `jhub-gpubooking db upgrade` created."
+            )
+
+
+def _move_sequences_past_ids(connection: Connection, tables: Iterable[Table]) -> None:
+    """Explicit ids leave PostgreSQL's sequences at 1: the next booking would collide."""
+    for table in tables:
+        if "id" not in table.c or not table.c.id.autoincrement:
+            continue
+        connection.execute(
+            text(
+                f"SELECT setval(pg_get_serial_sequence(:table, 'id'), "
+                f"COALESCE(MAX(id), 1), MAX(id) IS NOT NULL) FROM {table.name}"
+            ).bindparams(table=table.name)
+        )
+
+
+def copy_database(source_url: str, target_url: str) -> CopyReport:
+    """Copy every row from ``source_url`` to the empty, migrated ``target_url``."""
+    source_name, target_name = display_url(source_url), display_url(target_url)
+    source, target = make_engine(source_url), make_engine(target_url)
+    try:
+        for engine in (source, target):
+            check_schema(engine)
+        whole_seconds = target.dialect.name in ("mysql", "mariadb")
+        tables = Base.metadata.sorted_tables
+        counts: dict[str, int] = {}
+        copied = _Digest()
+        with target.begin() as into, source.connect() as out_of:
+            _refuse_data(into, target_name)
+            for table in tables:
+                columns = list(table.c.keys())
+                copied.table(table.name)
+                counts[table.name] = 0
+                for chunk in _chunks(out_of, table):
+                    chunk = [
+                        {column: _fit(value, whole_seconds) for column, value in row.items()}
+                        for row in chunk
+                    ]
+                    into.execute(insert(table), chunk)
+                    copied.rows(chunk, columns)
+                    counts[table.name] += len(chunk)
+            if target.dialect.name == "postgresql":
+                _move_sequences_past_ids(into, tables)
+            stored = _Digest()
+            for table in tables:
+                stored.table(table.name)
+                columns = list(table.c.keys())
+                for chunk in _chunks(into, table):
+                    stored.rows(chunk, columns)
+            if stored.hexdigest() != copied.hexdigest():
+                raise CopyRefused(
+                    f"The rows read back from {target_name} differ from those of {source_name} "
+                    "(checksum mismatch); nothing was copied."
+                )
+        return CopyReport(counts, copied.hexdigest(), whole_seconds)
+    finally:
+        source.dispose()
+        target.dispose()

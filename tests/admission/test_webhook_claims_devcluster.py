@@ -1,0 +1,159 @@
+"""Issue 13 item 5 through the simulated API server: the booking service's own webhook and
+lifecycle tick, a ManualClock, real pods. One booking admits one pod; the claim is recorded like
+a Hub claim, so the no-show rule leaves the booking alone while the pod runs; the claim is
+released when the pod ends; the pod is deleted when its booking is over."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from jhub_gpubooking.core.clock import ManualClock
+from jhub_gpubooking.devcluster import DevCluster, gpu_node
+from jhub_gpubooking.service.app import GPUBookingService
+
+NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+QUICK = [sys.executable, "-c", "pass"]
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return NOW.replace(hour=hour, minute=minute)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def gpu_pod(name: str, command=SLEEPER) -> dict:
+    return {"metadata": {"name": name},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": "python:3.12", "command": command,
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+@pytest.fixture
+async def cluster_and_service(tmp_path):
+    port = free_port()
+    nodes = [gpu_node("gpu-a100", count=2)]
+    async with DevCluster(tmp_path / "cluster", nodes, namespaces=("default", "alice-jobs"),
+                          admission_webhooks=[f"http://127.0.0.1:{port}/mutate",
+                                              f"http://127.0.0.1:{port}/validate"],
+                          max_grace_seconds=1) as cluster:
+        service = GPUBookingService(
+            db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}", upgrade_db=True,
+            pools=[{"name": "a100", "nodes": {"gpu-a100": 2}}],
+            hub_api_url="http://127.0.0.1:9/hub/api", api_token="service-token",
+            clock=ManualClock(NOW), no_show_minutes=15, stopped_release_minutes=30,
+            end_grace_seconds=60, webhook_deadline_grace_seconds=60,
+            webhook_port=port, webhook_address="127.0.0.1",
+            namespace_owners={"alice-jobs": "alice"},
+            inventory_kubeconfig=str(cluster.write_kubeconfig(tmp_path / "kubeconfig")),
+        )
+        service.setup()
+        service.start_cluster_integration()
+        configuration = client.Configuration(host=cluster.url,
+                                             api_key={"BearerToken": cluster.token},
+                                             api_key_prefix={"BearerToken": "Bearer"})
+        try:
+            async with client.ApiClient(configuration) as api:
+                yield client.CoreV1Api(api), service
+        finally:
+            service.stop_cluster_integration()
+            await service.webhook_server.close_all_connections()
+            service.executor.shutdown(wait=True)
+
+
+async def phase(core, name: str) -> str | None:
+    try:
+        return (await core.read_namespaced_pod(name, "alice-jobs")).status.phase
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+async def wait_for_phase(core, name: str, wanted: set) -> str | None:
+    for _ in range(200):
+        current = await phase(core, name)
+        if current in wanted:
+            return current
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"pod {name} never reached {wanted} (last: {current})")
+
+
+async def test_one_booking_admits_one_pod_until_it_ends(cluster_and_service):
+    core, service = cluster_and_service
+    store = service.store
+    booking = store.create("alice", "a100", 1, at(10), at(11))
+
+    results = await asyncio.gather(
+        *(core.create_namespaced_pod("alice-jobs", gpu_pod(f"train-{i}")) for i in range(8)),
+        return_exceptions=True)
+    admitted = [r for r in results if not isinstance(r, Exception)]
+    refused = [r for r in results if isinstance(r, Exception)]
+    assert len(admitted) == 1 and len(refused) == 7
+    holder = f"pod:alice-jobs/{admitted[0].metadata.name}"
+    assert store.get(booking.id).server == holder
+    for refusal in refused:
+        assert refusal.status == 403
+        assert json.loads(refusal.body)["message"].endswith(
+            f"a booking of 1 GPU in pool a100 is in use by pod {holder[4:]}, and one booking "
+            "admits one pod at a time.")
+    assert admitted[0].spec.node_selector == {"kubernetes.io/hostname": "gpu-a100"}
+
+    # the no-show rule sees the webhook's claim: nothing is released while the pod runs
+    await wait_for_phase(core, admitted[0].metadata.name, {"Running"})
+    assert await service.lifecycle_tick(at(10, 30)) == []
+    assert store.get(booking.id).end == at(11)
+    assert store.get(booking.id).server == holder
+
+    # the pod ends: the next tick releases the claim, and another pod may use the booking
+    await core.delete_namespaced_pod(admitted[0].metadata.name, "alice-jobs")
+    await wait_for_phase(core, admitted[0].metadata.name, {None})
+    await service.lifecycle_tick(at(10, 31))
+    assert store.get(booking.id).server is None
+    assert [e.kind for e in store.history(booking.id)] == ["created", "claimed", "released"]
+
+    quick = await core.create_namespaced_pod("alice-jobs", gpu_pod("quick", QUICK))
+    assert store.get(booking.id).server == "pod:alice-jobs/quick"
+    assert await wait_for_phase(core, quick.metadata.name, {"Succeeded"}) == "Succeeded"
+    await service.lifecycle_tick(at(10, 32))  # a finished pod stays, but holds nothing
+    assert store.get(booking.id).server is None
+
+
+async def test_a_pod_outliving_its_booking_is_deleted_and_its_claim_released(cluster_and_service):
+    core, service = cluster_and_service
+    store = service.store
+    booking = store.create("alice", "a100", 1, at(10), at(11))
+    await core.create_namespaced_pod("alice-jobs", gpu_pod("long"))
+    await wait_for_phase(core, "long", {"Running"})
+    assert await service.lifecycle_tick(at(11, 0)) == []
+    assert await phase(core, "long") == "Running"  # within the grace
+
+    await service.lifecycle_tick(at(11, 1))  # end + 60 s grace: the stop rule deletes the pod
+    await wait_for_phase(core, "long", {None})
+    await service.lifecycle_tick(at(11, 2))
+    assert store.get(booking.id).server is None
+    assert "server_stop_requested" in [e.kind for e in store.history(booking.id)]
+
+
+async def test_a_claim_whose_pod_never_appeared_is_released_after_the_create_window(
+        cluster_and_service):
+    _core, service = cluster_and_service
+    store = service.store
+    booking = store.create("alice", "a100", 1, at(10), at(11))
+    store.claim(booking.id, "pod:alice-jobs/refused-later")  # as if a later webhook refused it
+    await service.lifecycle_tick(at(10, 5))
+    assert store.get(booking.id).server == "pod:alice-jobs/refused-later"
+    await service.lifecycle_tick(at(10, 6) + timedelta(seconds=1))
+    assert store.get(booking.id).server is None

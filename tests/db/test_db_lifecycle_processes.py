@@ -1,0 +1,184 @@
+"""Several booking service processes on one PostgreSQL/MariaDB database run each lifecycle rule
+once: the database lock around the tick (``db/locks.py``).
+
+Two real service processes (``tests/service/lifecycle_process.py``) share a fast clock (two
+minutes a second) and tick every 50 ms against one database and one stand-in Hub API that
+records every server stop. Afterwards each warning, stop and release happened exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from db_test_times import NOW
+from sqlalchemy import select
+
+from jhub_gpubooking.core.clock import ManualClock
+from jhub_gpubooking.db.locks import DatabaseLock
+from jhub_gpubooking.db.models import BookingEventRow
+from jhub_gpubooking.db.session import make_engine, make_session_factory
+from jhub_gpubooking.db.store import BookingStore
+
+WORKER = Path(__file__).resolve().parents[1] / "service" / "lifecycle_process.py"
+FACTOR = 120  # fast-clock seconds per real second
+T0 = NOW.replace(minute=0)  # on the 15-minute grid: the bookings start "now"
+servers_only = pytest.mark.parametrize(
+    "db_url",
+    [
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ],
+    indirect=True,
+)
+
+
+@servers_only
+def test_the_lock_is_held_by_one_process_and_freed_when_its_connection_dies(migrated_url):
+    engines = [make_engine(migrated_url) for _ in range(2)]
+    first, second = (DatabaseLock(engine, "test.lock") for engine in engines)
+    try:
+        assert first.acquire()
+        assert not second.acquire()
+        first.release()
+        assert second.acquire()
+        assert not first.acquire()
+        # the holder's connection dies (a crashed process): the server frees the lock
+        second._connection.invalidate()
+        second._connection = None
+        second._local.release()
+        assert first.wait(timeout=10, poll_seconds=0.05)  # once the server noticed
+        first.release()
+    finally:
+        for engine in engines:
+            engine.dispose()
+
+
+class StandInHub(BaseHTTPRequestHandler):
+    """Records the server stops the services ask for (``DELETE .../servers/NAME``)."""
+
+    stops: ClassVar[list[str]] = []
+
+    def do_DELETE(self):
+        self.stops.append(self.path)
+        self.send_response(204)
+        self.end_headers()
+
+    def do_GET(self):
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def stand_in_hub():
+    StandInHub.stops = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StandInHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def start_service(tmp_path, index, db_url, hub_port, real_origin) -> subprocess.Popen:
+    from hub_harness import free_port
+
+    config = tmp_path / f"service{index}.py"
+    config.write_text(
+        f"c.GPUBookingService.db_url = {db_url!r}\n"
+        f"c.GPUBookingService.pools = {json.dumps(POOLS)}\n"
+        "c.GPUBookingService.lifecycle_interval_seconds = 0.05\n"
+        "c.GPUBookingService.warn_before_minutes = 15\n"
+        "c.GPUBookingService.no_show_minutes = 30\n"
+        "c.GPUBookingService.stopped_release_minutes = 30\n"
+        "c.GPUBookingService.end_grace_seconds = 60\n"
+    )
+    env = {
+        **os.environ,
+        "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub_port}/hub/api",
+        "JUPYTERHUB_API_TOKEN": "stand-in",
+        "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{free_port()}",
+    }
+    log = open(tmp_path / f"service{index}.log", "wb")  # noqa: SIM115 (closed with the process)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), T0.isoformat(), repr(real_origin), str(FACTOR), "--",
+         "--config", str(config), "--log-level", "DEBUG"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+    )  # fmt: skip
+
+
+POOLS = [{"name": "a100", "nodes": {"node-a": 4}}]
+
+
+@servers_only
+def test_two_service_processes_warn_stop_and_release_once(migrated_url, stand_in_hub, tmp_path):
+    from jhub_gpubooking.core.model import Pool
+
+    engine = make_engine(migrated_url)
+    store = BookingStore(
+        make_session_factory(engine),
+        {"a100": Pool.from_config(POOLS[0])},
+        {},
+        {},
+        clock=ManualClock(T0),
+    )
+    store.sync_pools()
+    running = store.create("ada", "a100", 1, T0, T0 + timedelta(minutes=30))
+    store.claim(running.id, "")  # warned at +15, stopped at +31 (after the grace)
+    no_show = store.create("bob", "a100", 1, T0, T0 + timedelta(hours=2))  # released at +30
+    stopped = store.create("carol", "a100", 1, T0, T0 + timedelta(hours=2))
+    store.claim(stopped.id, "gpu")
+    store.release(stopped.id, "gpu")  # stopped at once: its rest is released at +30
+
+    real_origin = time.time()
+    hub_port = stand_in_hub.server_address[1]
+    services = [start_service(tmp_path, i, migrated_url, hub_port, real_origin) for i in (1, 2)]
+    try:
+        # 40 fast-clock minutes: past every rule above
+        deadline = real_origin + 40 * 60 / FACTOR
+        while time.time() < deadline:
+            for service in services:
+                assert service.poll() is None, (tmp_path / "service1.log").read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        for service in services:
+            service.send_signal(signal.SIGTERM)
+        for service in services:
+            try:
+                service.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                service.kill()
+                service.wait()
+
+    with make_session_factory(engine)() as session:
+        events = Counter(
+            (row.booking_id, row.kind) for row in session.scalars(select(BookingEventRow))
+        )
+    engine.dispose()
+    lifecycle_kinds = {"end_warned", "server_stop_requested", "reclaimed"}
+    done = {key: count for key, count in events.items() if key[1] in lifecycle_kinds}
+    assert done == {
+        (running.id, "end_warned"): 1,
+        (running.id, "server_stop_requested"): 1,
+        (no_show.id, "reclaimed"): 1,
+        (stopped.id, "reclaimed"): 1,
+    }
+    assert StandInHub.stops == ["/hub/api/users/ada/servers/"]
+    logs = [(tmp_path / f"service{i}.log").read_text() for i in (1, 2)]
+    # both processes were really ticking side by side: each found the other one's lock taken
+    assert all("Another service process is running the lifecycle tick" in log for log in logs)
+    assert not any("Traceback" in log for log in logs)
