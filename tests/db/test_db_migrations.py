@@ -152,6 +152,18 @@ def test_every_downgrade_step_keeps_the_remaining_history(db_url, open_database)
     assert_equals_the_models(db_url)
 
 
+def test_the_reported_case_upgrades_with_the_cli(db_url, capsys):
+    """Issue 14: a database at 0002 with a pool, a booking and an event, then `db upgrade`."""
+    from jhub_gpubooking.cli import main
+
+    for revision in ("0001", "0002"):
+        upgrade(db_url, revision)
+        write(db_url, revision)
+    assert main(["db", "upgrade", "--db-url", db_url]) == 0
+    assert capsys.readouterr().out.endswith(f"is at schema revision {head_revision()} (head).\n")
+    assert rows_of(db_url, head_revision()) == expected_rows("0002", head_revision())
+
+
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_migration_leaving_broken_references_is_rolled_back(db_url):
     """SQLite checks references only at the end of a migration: a dangling one undoes it all."""

@@ -176,3 +176,16 @@ def test_postgres_outage_is_unavailable_and_work_resumes_when_it_is_back(private
         # nothing half-written during the outage: one row per successful create
         assert connection.execute(text("SELECT count(*) FROM bookings")).scalar() == 2
     check.dispose()
+
+
+@pytest.mark.parametrize(
+    "scheme", ["postgresql+psycopg://postgres", "mysql+pymysql://root"], ids=["postgresql", "mysql"]
+)
+def test_a_server_nobody_answers_on_is_unavailable(scheme):
+    from hub_harness import free_port
+
+    engine = make_engine(f"{scheme}@127.0.0.1:{free_port()}/gpubooking", timeout=1)
+    with pytest.raises(DBAPIError) as refused, engine.connect():
+        pass
+    assert unavailable_reason(refused.value) == DATABASE_UNAVAILABLE_MESSAGE
+    engine.dispose()
