@@ -17,14 +17,14 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..core import placement as placing
 from ..core import policy as booking_policy
 from ..core.clock import Clock, SystemClock
-from ..core.errors import Conflict, InvalidRequest, NotFound
+from ..core.errors import Conflict, InvalidRequest, NoCapacity, NotFound
 from ..core.model import Booking, BookingState, MaintenanceWindow, Pool, parse_amount
 from ..core.timegrid import as_utc, ceil_to_grid, floor_to_grid, format_time, is_on_grid
 from .convert import (
@@ -45,6 +45,16 @@ MAX_TEXT_LENGTH = 500
 
 def hash_feed_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _page(statement, row_class, limit: int | None, after: tuple[datetime, int] | None):
+    """Keyset paging over (start, id): stable while rows are added, unlike an offset."""
+    if after is not None:
+        start, row_id = as_utc(after[0]), after[1]
+        statement = statement.where(
+            or_(row_class.start > start, and_(row_class.start == start, row_class.id > row_id))
+        )
+    return statement if limit is None else statement.limit(limit)
 
 
 def _clock_time(when: datetime) -> str:
@@ -229,8 +239,14 @@ class BookingStore:
         groups: Any = (),
         is_admin: bool = False,
         actor: str | None = None,
+        make_room: Callable[[Session, Booking, datetime], bool] | None = None,
     ) -> Booking:
-        """Book ``gpus`` of ``pool`` for [start, end) or raise the refusal a user would see."""
+        """Book ``gpus`` of ``pool`` for [start, end) or raise the refusal a user would see.
+
+        ``make_room(session, request, now)`` is called when the pool is full, inside the same
+        locked transaction; when it frees capacity (returns True) the booking is placed again.
+        One transaction: if the booking still does not fit, what it freed is rolled back.
+        """
         pool_spec = self._pool(pool)
         amount = gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
         start, end, now = as_utc(start), as_utc(end), self._now()
@@ -249,9 +265,13 @@ class BookingStore:
         )
         with self._transaction(write=True) as session:
             self._lock_for_rules(session, pool, groups, is_admin)
-            return booking_from_row(
-                self._place(session, request, groups, is_admin, now, actor or user)
-            )
+            try:
+                row = self._place(session, request, groups, is_admin, now, actor or user)
+            except NoCapacity:
+                if make_room is None or not make_room(session, request, now):
+                    raise
+                row = self._place(session, request, groups, is_admin, now, actor or user)
+            return booking_from_row(row)
 
     def _check_rules(self, session: Session, request: Booking, groups: Any, now, check) -> None:
         """The policy ``check`` (check_booking / check_end_change), then the budget book's."""
@@ -292,9 +312,14 @@ class BookingStore:
         state: BookingState | str | None = None,
         start: datetime | None = None,
         end: datetime | None = None,
+        limit: int | None = None,
+        after: tuple[datetime, int] | None = None,
     ) -> list[Booking]:
-        """Bookings by start time, optionally of one user, in one state, touching [start, end)."""
-        statement = select(BookingRow).order_by(BookingRow.start, BookingRow.id)
+        """Bookings by (start, id), optionally of one user, in one state, touching [start, end);
+        at most ``limit``, and only those after the (start, id) ``after`` (a page's last)."""
+        statement = _page(
+            select(BookingRow).order_by(BookingRow.start, BookingRow.id), BookingRow, limit, after
+        )
         if user is not None:
             statement = statement.where(BookingRow.user == user)
         if start is not None:
@@ -557,10 +582,21 @@ class BookingStore:
             return window, placing.maintenance_collisions(window, bookings)
 
     def list_maintenance(
-        self, pool: str | None = None, start: datetime | None = None, end: datetime | None = None
+        self,
+        pool: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        limit: int | None = None,
+        after: tuple[datetime, int] | None = None,
     ) -> list[MaintenanceWindow]:
-        statement = select(MaintenanceWindowRow).order_by(
-            MaintenanceWindowRow.start, MaintenanceWindowRow.id
+        """Windows by (start, id), paged like :meth:`list`."""
+        statement = _page(
+            select(MaintenanceWindowRow).order_by(
+                MaintenanceWindowRow.start, MaintenanceWindowRow.id
+            ),
+            MaintenanceWindowRow,
+            limit,
+            after,
         )
         if pool is not None:
             statement = statement.where(MaintenanceWindowRow.pool == pool)

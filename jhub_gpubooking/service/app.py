@@ -15,6 +15,7 @@ import re
 import secrets
 import signal
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
@@ -31,6 +32,7 @@ from .._version import __version__
 from ..admission.integration import ClusterIntegration
 from ..core.clock import Clock, SystemClock
 from ..core.model import Pool
+from ..core.policy import SAFE_DEFAULT_POLICY
 from ..db.session import DEFAULT_DB_URL
 from ..db.stats import metrics_snapshot
 from .api import api_routes
@@ -42,8 +44,13 @@ from .metrics import ServiceMetrics
 from .monitoring import GPUMonitoring
 from .opportunistic import OpportunisticService, opportunistic_routes
 from .planning import PlanningOptions, planning_routes
+from .ratelimit import WriteRateLimiter
 
 #: Regular expression of each path parameter used in the route templates.
+#: Seconds the service waits, once told to stop, for requests in flight and database work;
+#: then it exits anyway (the z2jh hub pod has 30 s to stop the Hub and all its services).
+SHUTDOWN_SECONDS = 1.0
+
 PATH_PARAMETER_PATTERNS = {"booking_id": r"\d+", "window_id": r"\d+", "series_id": r"\d+"}
 DEFAULT_PATH_PARAMETER_PATTERN = r"[^/]+"
 
@@ -79,6 +86,13 @@ class MetricsHandler(BaseHandler):
         service.metrics.refresh(counts, active, pool_sizes, now)
         self.set_header("Content-Type", service.metrics.content_type)
         self.finish(service.metrics.exposition())
+
+
+class UnknownPathHandler(BaseHandler):
+    """Paths no route matches (e.g. a booking id that is not a number) get a JSON 404 too."""
+
+    def prepare(self) -> None:
+        raise web.HTTPError(404, "There is no such page or API path.")
 
 
 def service_routes() -> list[tuple[str, type[web.RequestHandler]]]:
@@ -220,8 +234,12 @@ class GPUBookingService(
         "(name, nodes, slices_per_gpu, backend, display_name, ...).",
     ).tag(config=True)
     default_policy = Dict(
+        SAFE_DEFAULT_POLICY,
         help="Booking policy for everyone (keys of jhub_gpubooking.core.policy.Policy, e.g. "
-        "max_minutes, max_days_ahead, max_gpus, budget_gpu_hours); missing keys mean no limit."
+        "max_minutes, max_days_ahead, max_gpus, budget_gpu_hours); missing keys mean no limit. "
+        "The default allows bookings of at most a week (max_minutes 10080) starting at most 90 "
+        "days ahead (max_days_ahead 90); setting this option replaces the whole dict, so keep "
+        "these two keys unless you mean to lift them.",
     ).tag(config=True)
     group_policies = Dict(
         help="Per Hub group, policy keys overriding default_policy; a user in several groups gets "
@@ -233,6 +251,20 @@ class GPUBookingService(
     page_days = Integer(
         7, help="Days shown at once on the reservation page and by default in availability."
     ).tag(config=True)
+    page_list_size = Integer(
+        100,
+        help="Bookings and maintenance windows the reservation page loads at once into each of "
+        "its tables; a 'Show more' button loads the next ones (1 to the API's page maximum).",
+    ).tag(config=True)
+
+    @validate("page_list_size")
+    def _page_list_size_within_api_pages(self, proposal) -> int:
+        from .api import MAX_PAGE_SIZE
+
+        if not 1 <= proposal["value"] <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_list_size must be from 1 to {MAX_PAGE_SIZE}.")
+        return proposal["value"]
+
     page_title = Unicode("GPU bookings", help="Title of the reservation page.").tag(config=True)
     page_announcement = Unicode(
         "", help="Text shown at the top of the reservation page (e.g. maintenance notices)."
@@ -266,6 +298,29 @@ class GPUBookingService(
         True,
         help="Require an admin or a Hub service token for /metrics (like the Hub's own "
         "authenticate_prometheus).",
+    ).tag(config=True)
+    auth_cache_seconds = Integer(
+        10,
+        help="Seconds the service trusts the Hub's answer about a token or login cookie before "
+        "asking again (HubOAuth's cache_max_age, whose own default is 300). A revoked token, a "
+        "logout or a removal from an admin group takes effect within this time; every cache "
+        "miss costs one Hub API call.",
+    ).tag(config=True)
+
+    @validate("auth_cache_seconds")
+    def _auth_cache_within_bounds(self, proposal) -> int:
+        if not 0 <= proposal["value"] <= 300:
+            raise ValueError("auth_cache_seconds must be from 0 to 300 seconds.")
+        return proposal["value"]
+
+    write_rate_per_minute = Integer(
+        120,
+        help="Write requests (POST, PATCH, PUT, DELETE) each user or service may send per minute "
+        "on average; more are refused with 429 and Retry-After. 0 turns the limit off. The "
+        "Hub's spawner (spawner_services) is never limited.",
+    ).tag(config=True)
+    write_burst = Integer(
+        30, help="Write requests a user may send at once before write_rate_per_minute applies."
     ).tag(config=True)
     cookie_secret_file = Unicode(
         "",
@@ -350,6 +405,7 @@ class GPUBookingService(
             base_url=self.service_prefix,
             hub_prefix=self.hub_prefix,
             access_scopes={f"access:services!service={self.service_name}"},
+            cache_max_age=self.auth_cache_seconds,
         )
 
     def log_request(self, handler: web.RequestHandler) -> None:
@@ -392,6 +448,7 @@ class GPUBookingService(
             "clock": self.clock,
             "cookie_secret": self.read_cookie_secret(),
             "log_function": self.log_request,
+            "default_handler_class": UnknownPathHandler,
             # HubOAuth checks '_xsrf' on cookie-authenticated writes itself; tornado's own
             # xsrf_cookies would also reject token-authenticated API calls
             "xsrf_cookies": False,
@@ -404,6 +461,7 @@ class GPUBookingService(
         self.store = self.open_store()
         self.setup_lifecycle()
         self.hub_auth = self.make_hub_auth()
+        self.write_limiter = WriteRateLimiter(self.write_rate_per_minute, self.write_burst)
         self.executor = ThreadPoolExecutor(
             self.executor_threads, thread_name_prefix="gpubooking-db"
         )
@@ -432,10 +490,27 @@ class GPUBookingService(
         except KeyboardInterrupt:
             self.log.info("Interrupted")
         finally:
-            self.executor.shutdown(wait=False)
+            self.finish_executor()
+
+    def finish_executor(self) -> None:
+        """Let database work in flight finish for SHUTDOWN_SECONDS, then exit regardless.
+
+        Queued work is dropped; a thread still inside a Hub round trip or a database call would
+        otherwise hold the process at interpreter exit (a transaction cut short rolls back).
+        """
+        waiter = threading.Thread(
+            target=self.executor.shutdown, kwargs={"cancel_futures": True}, daemon=True
+        )
+        waiter.start()
+        waiter.join(SHUTDOWN_SECONDS)
+        if waiter.is_alive():
+            self.log.warning("Stopping with database work unfinished (it is rolled back)")
+            logging.shutdown()
+            os._exit(0)
 
     async def serve(self) -> None:
-        """Listen on ``service_url`` until SIGTERM (how the Hub stops managed services)."""
+        """Listen on ``service_url`` until SIGINT or SIGTERM (the Hub sends SIGINT first to stop
+        a managed service, Kubernetes SIGTERM to the hub pod), then stop within 2 seconds."""
         listen = urlparse(self.service_url)
         server = HTTPServer(self.tornado_app, xheaders=True)
         server.listen(listen.port or 80, listen.hostname or "127.0.0.1")
@@ -448,12 +523,19 @@ class GPUBookingService(
             self.service_prefix,
         )
         stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        loop = asyncio.get_running_loop()
+        # installed explicitly: a process started in the background inherits SIGINT ignored
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
         await stop.wait()
+        self.log.info("Stopping the GPU booking service")
         self.stop_lifecycle()
         self.stop_cluster_integration()
         server.stop()
-        await server.close_all_connections()
+        try:
+            await asyncio.wait_for(server.close_all_connections(), SHUTDOWN_SECONDS)
+        except asyncio.TimeoutError:
+            self.log.info("Closing connections still open")
 
 
 main = GPUBookingService.launch_instance
