@@ -15,6 +15,7 @@ import re
 import secrets
 import signal
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
@@ -42,6 +43,11 @@ from .metrics import ServiceMetrics
 from .monitoring import GPUMonitoring
 from .opportunistic import OpportunisticService, opportunistic_routes
 from .planning import PlanningOptions, planning_routes
+
+#: Seconds between two attempts to open a database that is unavailable at start, and between
+#: two log lines about it.
+DATABASE_RETRY_SECONDS = 2.0
+DATABASE_WAIT_LOG_SECONDS = 30.0
 
 #: Regular expression of each path parameter used in the route templates.
 PATH_PARAMETER_PATTERNS = {"booking_id": r"\d+", "window_id": r"\d+", "series_id": r"\d+"}
@@ -342,6 +348,32 @@ class GPUBookingService(
         store.sync_pools()
         return store
 
+    def wait_for_database(self, open_store):
+        """``open_store()``, retried while the database is unavailable (a hub pod restarting
+        during a database outage): the service then comes up with the database instead of
+        crash-looping; until then the Hub's spawner refuses GPU starts as for any outage.
+        PostgreSQL/MariaDB only."""
+        from ..db.session import display_url, normalize_url, unavailable_reason
+
+        waited = 0.0
+        while True:
+            try:
+                return open_store()
+            except Exception as error:
+                # a SQLite file that cannot be opened is a wrong path or volume: say so at once
+                if unavailable_reason(error) is None or normalize_url(self.db_url).startswith(
+                    "sqlite"
+                ):
+                    raise
+                if waited % DATABASE_WAIT_LOG_SECONDS < DATABASE_RETRY_SECONDS:
+                    self.log.warning(
+                        "Waiting for the booking database %s: %s",
+                        display_url(self.db_url),
+                        str(error).splitlines()[0],
+                    )
+            time.sleep(DATABASE_RETRY_SECONDS)
+            waited += DATABASE_RETRY_SECONDS
+
     def make_hub_auth(self) -> HubOAuth:
         return HubOAuth(
             parent=self,
@@ -401,7 +433,7 @@ class GPUBookingService(
         """Everything but listening: pools, store, auth, executor, tornado app."""
         self.pool_objects = self.load_pools()
         self.metrics = ServiceMetrics()
-        self.store = self.open_store()
+        self.store = self.wait_for_database(self.open_store)
         self.setup_lifecycle()
         self.hub_auth = self.make_hub_auth()
         self.executor = ThreadPoolExecutor(
