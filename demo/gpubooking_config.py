@@ -7,6 +7,7 @@ c = get_config()  # noqa: F821 (provided by traitlets when the file is loaded)
 state_dir = os.environ.get("DEMO_STATE_DIR", ".demo")
 
 c.GPUBookingService.db_url = f"sqlite:///{os.path.join(state_dir, 'gpubooking.sqlite')}"
+c.GPUBookingService.upgrade_db = True  # create or migrate the demo's database at start
 c.GPUBookingService.slot_minutes = 15
 c.GPUBookingService.page_days = 3
 

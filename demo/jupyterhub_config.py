@@ -5,7 +5,6 @@
 # what a real hub needs to offer GPU booking. scripts/demo starts it through demo/launch.py,
 # which sets the DEMO_* environment variables read here.
 import os
-import sys
 
 c = get_config()  # noqa: F821 (provided by JupyterHub when it loads this file)
 
@@ -41,42 +40,21 @@ if os.environ.get("DEMO_ADMIN_TOKEN"):
     # lets scripts drive the Hub and the booking service as the admin user
     c.JupyterHub.api_tokens = {os.environ["DEMO_ADMIN_TOKEN"]: "admin"}
 
-# --- the GPU booking service (what a real installation adds) ----------------------------------
-service_name = "gpu-booking"
-c.JupyterHub.services = [
-    {
-        "name": service_name,
-        "display": True,  # listed in the Hub's Services menu
-        "url": f"http://127.0.0.1:{service_port}",
-        "api_token": service_token,
-        "command": [
-            sys.executable, "-m", "jhub_gpubooking.service",
-            "--config", os.path.join(here, "gpubooking_config.py"),
-            "--upgrade-db",
-        ],
-        "environment": {"DEMO_STATE_DIR": state_dir},
-        "oauth_no_confirm": True,
-    }
-]
-c.JupyterHub.load_roles = [
-    {
-        # users reach the reservation page; nothing more
-        "name": "user",
-        "scopes": ["self", f"access:services!service={service_name}"],
-    },
-    {
-        # the service reads who is who and which servers run, and may stop servers
-        "name": "gpu-booking-service",
-        "services": [service_name],
-        "scopes": ["list:users", "read:users:groups", "read:servers", "delete:servers"],
-    },
-]
+# --- GPU booking (what a real installation adds) -----------------------------------------------
+# One call: the hub-managed booking service, its Hub API scopes merged into the role
+# "gpu-booking-service", the page's access scope merged into the "user" role (its "self" kept),
+# one API token shared by the service and the spawner, and GPUBookingSpawner as the spawner:
+# a KubeSpawner that only gives GPUs to booked users.
+import jhub_gpubooking
 
-# --- the spawner: KubeSpawner that only gives GPUs to booked users ----------------------------
-c.JupyterHub.spawner_class = "gpubooking"
-c.GPUBookingSpawner.booking_api_url = f"http://127.0.0.1:{service_port}/services/{service_name}/"
-c.GPUBookingSpawner.booking_api_token = service_token
-c.GPUBookingSpawner.booking_service_name = service_name
+jhub_gpubooking.configure(
+    c,
+    url=f"http://127.0.0.1:{service_port}",
+    config_file=os.path.join(here, "gpubooking_config.py"),
+    api_token=service_token,
+    # the service sees only JupyterHub's env_keep plus this: tell it where the demo's state is
+    environment={"DEMO_STATE_DIR": state_dir},
+)
 c.GPUBookingSpawner.deadline_grace_seconds = 60
 
 # Demo only: the simulated cluster runs each pod as a local process, found through KUBECONFIG.

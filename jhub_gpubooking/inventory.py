@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from .core.model import Booking, BookingState, Pool
+from .quantity import parse_quantity
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 COUNT_LABEL = "nvidia.com/gpu.count"
@@ -39,8 +40,6 @@ class NodeGpus:
 
 
 def _int(value: Any) -> int | None:
-    from kubernetes.utils.quantity import parse_quantity  # slow to import; only needed here
-
     try:
         return int(parse_quantity(value))
     except (TypeError, ValueError):

@@ -1,8 +1,8 @@
 """Keep the booking pools in step with the cluster's nodes, and flag what no longer fits.
 
-:class:`NodeWatcher` lists and watches nodes with the official ``kubernetes`` client in its own
-thread (the client is synchronous). On every change :class:`ClusterInventory` rebuilds the pools
-(:mod:`jhub_gpubooking.inventory`), hands them to the BookingStore, and records on each booking
+:class:`NodeWatcher` lists and watches nodes with ``kubernetes_asyncio`` (which KubeSpawner
+already brings) in an asyncio task of the service. On every change :class:`ClusterInventory`
+rebuilds the pools (:mod:`jhub_gpubooking.inventory`), hands them to the BookingStore, and records on each booking
 the cluster can no longer hold a ``flagged`` event (``unflagged`` when it fits again), so nothing
 is silently dropped: owners see their flags at ``api/flagged``, admins all at
 ``api/admin/flagged``.
@@ -10,17 +10,18 @@ is silently dropped: owners see their flags at ``api/flagged``, admins all at
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from urllib3.exceptions import HTTPError
 
 from .core.clock import Clock
 from .core.model import Pool
@@ -30,7 +31,7 @@ from .inventory import pools_from_nodes, unplaceable_bookings
 from .service.api import APIHandler
 
 if TYPE_CHECKING:
-    from kubernetes.client import CoreV1Api
+    from kubernetes_asyncio.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -119,72 +120,97 @@ class ClusterInventory:
         return pools
 
 
-class NodeWatcher:
-    """List, then watch nodes in a thread; relist when the watch expires (410) or fails."""
+def _is_transient(error: Exception) -> bool:
+    """An API or network failure (or a credential not readable yet): retried, not a bug."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from kubernetes_asyncio.config import ConfigException
 
-    def __init__(self, api: "CoreV1Api", on_nodes: Callable[[list[dict]], Any],
-                 label_selector: str = "", watch_seconds: int = 300, retry_seconds: float = 5.0):
-        self.api = api
+    return isinstance(error, (ApiException, ConfigException, aiohttp.ClientError,
+                              asyncio.TimeoutError, OSError, ValueError))
+
+
+class NodeWatcher:
+    """List, then watch nodes in an asyncio task; relist when the watch expires (410) or fails.
+
+    ``connect`` opens the ``kubernetes_asyncio`` API client, in the task: loading the client
+    takes seconds, and the service must answer the Hub first. ``on_nodes`` is synchronous (it writes to the
+    database) and runs in ``executor``, so the service keeps answering while it does.
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[ApiClient]],
+                 on_nodes: Callable[[list[dict]], Any], label_selector: str = "",
+                 watch_seconds: int = 300, retry_seconds: float = 5.0,
+                 executor: Executor | None = None):
+        self.connect = connect
         self.on_nodes = on_nodes
         self.label_selector = label_selector
         self.watch_seconds = watch_seconds
         self.retry_seconds = retry_seconds
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.executor = executor
+        self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="gpubooking-nodes", daemon=True)
-        self._thread.start()
+        """Start watching (call inside the running event loop)."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="gpubooking-nodes")
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Ask the thread to end; it does at the latest when the running watch times out."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def stop(self) -> asyncio.Task | None:
+        """Cancel the watch; await the returned task to wait until the connection is closed."""
+        if self._task is not None:
+            self._task.cancel()
+        return self._task
 
-    def _run(self) -> None:
-        # the kubernetes package takes seconds to import: only a service that watches nodes pays
-        from kubernetes.client.exceptions import ApiException
+    async def _run(self) -> None:
+        api_client = None
+        try:
+            while True:
+                try:
+                    if api_client is None:
+                        api_client = await self.connect()
+                    await self._list_and_watch(api_client)
+                except Exception as error:
+                    if _is_transient(error):
+                        log.warning("Node watch failed (%s); listing nodes again in %ss",
+                                    error, self.retry_seconds)
+                    else:  # a bug must not end inventory sync for the service's lifetime
+                        log.exception("Applying the node inventory failed")
+                await asyncio.sleep(self.retry_seconds)
+        finally:
+            if api_client is not None:
+                await api_client.close()
 
-        while not self._stopping.is_set():
-            try:
-                self._list_and_watch()
-            except (ApiException, HTTPError, OSError, ValueError) as error:
-                log.warning("Node watch failed (%s); listing nodes again in %ss",
-                            error, self.retry_seconds)
-                self._stopping.wait(self.retry_seconds)
-            except Exception:  # a bug must not end inventory sync for the service's lifetime
-                log.exception("Applying the node inventory failed")
-                self._stopping.wait(self.retry_seconds)
+    async def _apply(self, nodes: dict[str, dict]) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.on_nodes, list(nodes.values())
+        )
 
-    def _list_and_watch(self) -> None:
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
+    async def _list_and_watch(self, api_client: ApiClient) -> None:
+        from kubernetes_asyncio import watch
+        from kubernetes_asyncio.client import CoreV1Api
 
-        reply = self.api.list_node(label_selector=self.label_selector, _preload_content=False)
-        listing = json.loads(reply.data)
+        api = CoreV1Api(api_client)
+        reply = await api.list_node(label_selector=self.label_selector, _preload_content=False)
+        async with reply:
+            listing = json.loads(await reply.read())
         nodes = {n["metadata"]["name"]: n for n in listing.get("items") or []}
-        self.on_nodes(list(nodes.values()))
+        await self._apply(nodes)
         version = listing["metadata"]["resourceVersion"]
-        while not self._stopping.is_set():
-            stream = watch.Watch().stream(
-                self.api.list_node, label_selector=self.label_selector, resource_version=version,
-                timeout_seconds=self.watch_seconds, allow_watch_bookmarks=True,
-            )
-            for event in stream:
-                node = event["raw_object"]
-                if event["type"] == "ERROR":
-                    raise ApiException(status=node.get("code"), reason=node.get("message"))
-                version = node["metadata"]["resourceVersion"]
-                if event["type"] == "BOOKMARK":
-                    continue
-                if event["type"] == "DELETED":
-                    nodes.pop(node["metadata"]["name"], None)
-                else:
-                    nodes[node["metadata"]["name"]] = node
-                self.on_nodes(list(nodes.values()))
-                if self._stopping.is_set():
-                    return
+        while True:
+            # "object": hand over the plain dicts, no model classes (pools are built from dicts)
+            async with watch.Watch(return_type="object") as stream:
+                async for event in stream.stream(
+                    api.list_node, label_selector=self.label_selector, resource_version=version,
+                    timeout_seconds=self.watch_seconds, allow_watch_bookmarks=True,
+                ):
+                    # ERROR events (410 Gone: the version expired) raise ApiException: relist
+                    node = event["raw_object"]
+                    version = node["metadata"]["resourceVersion"]
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    if event["type"] == "DELETED":
+                        nodes.pop(node["metadata"]["name"], None)
+                    else:
+                        nodes[node["metadata"]["name"]] = node
+                    await self._apply(nodes)
 
 
 # --- REST handlers ---------------------------------------------------------------------------

@@ -1,27 +1,25 @@
 # Shared by scripts/test and scripts/demo: install what the project needs, idempotently.
-# Sourced, not run. Defines ensure_venv SET (pins|latest) and ensure_system_tools.
+# Sourced, not run. Defines ensure_venv SET (pins|latest|demo), ensure_system_tools (browser and
+# proxy), ensure_proxy and ensure_databases.
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SHARED_DIR="${GPUBOOKING_SHARED_DIR:-$(dirname "$REPO_ROOT")/shared}"
 PYTHON="${PYTHON:-python3}"
 
 log() { printf '\033[1m[%s]\033[0m %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # The pins set is the z2jh hub image (JupyterHub 5.5, kubespawner 7.1, SQLAlchemy 2.0, tornado 6.5);
-# the latest set takes the newest releases. Both install this package with its test and docs extras.
+# the latest set takes the newest releases. Both install this package with its test and docs
+# extras. The demo set installs only what scripts/demo runs: the package and its demo extra.
 ensure_venv() {
-    local set="$1" venv="$REPO_ROOT/.venvs/$1" stamp constraints=()
+    local set="$1" venv="$REPO_ROOT/.venvs/$1" stamp constraints=() extras="test,docs"
     case "$set" in
         pins)
-            local pins="$SHARED_DIR/z2jh/hub-image-requirements.txt"
-            if [ ! -f "$pins" ]; then
-                log "cannot find the z2jh hub image pins at $pins (set GPUBOOKING_SHARED_DIR)"
-                return 1
-            fi
-            constraints=(-c "$pins")
+            # vendored from z2jh with its source commit (vendor/z2jh/README.md)
+            constraints=(-c "$REPO_ROOT/vendor/z2jh/hub-image-requirements.txt")
             ;;
         latest) ;;
-        *) log "unknown dependency set '$set' (use pins or latest)"; return 1 ;;
+        demo) extras="demo" ;;
+        *) log "unknown dependency set '$set' (use pins, latest or demo)"; return 1 ;;
     esac
     stamp="$(cat "$REPO_ROOT/setup.cfg" "${constraints[1]:-/dev/null}" | sha256sum | cut -c1-16)"
     if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ]; then
@@ -37,7 +35,7 @@ ensure_venv() {
     local upgrade=()
     [ "$set" = latest ] && upgrade=(--upgrade --upgrade-strategy eager)
     if ! "$venv/bin/python" -m pip install -q "${upgrade[@]}" "${constraints[@]}" \
-            -e "$REPO_ROOT[test,docs]" >"$pip_log" 2>&1; then
+            -e "$REPO_ROOT[$extras]" >"$pip_log" 2>&1; then
         grep -v "is ignored" "$pip_log" | tail -n 40 >&2
         return 1
     fi
@@ -46,8 +44,14 @@ ensure_venv() {
     VENV="$venv"
 }
 
-# Debian's Chromium (Playwright's own browser download cannot work here) and configurable-http-proxy.
+# What the tests need besides Python: a browser and the proxy.
 ensure_system_tools() {
+    ensure_browser
+    ensure_proxy
+}
+
+# Debian's Chromium (Playwright's own browser download cannot work here).
+ensure_browser() {
     if [ ! -x /usr/bin/chromium ]; then
         if [ "$(id -u)" = 0 ]; then
             log "installing Chromium from Debian"
@@ -57,6 +61,10 @@ ensure_system_tools() {
             log "Chromium is missing and we are not root: browser tests will be skipped"
         fi
     fi
+}
+
+# configurable-http-proxy from npm, which the Hub starts (tests and demo).
+ensure_proxy() {
     if ! command -v configurable-http-proxy >/dev/null 2>&1; then
         local prefix="$REPO_ROOT/.venvs/node"
         if [ ! -x "$prefix/bin/configurable-http-proxy" ]; then

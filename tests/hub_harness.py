@@ -314,10 +314,12 @@ def start_booking_hub(
     pools: list[dict] | None = None,
     extra_service_config: str = "",
     extra_hub_config: str = "",
+    wait: bool = True,
 ) -> Iterator[RunningHub]:
     """Run a Hub + proxy + booking service in ``directory``; stop everything on exit.
 
     ``extra_hub_config`` is appended to jupyterhub_config.py (e.g. a spawner that really runs).
+    ``wait=False`` yields at once, for a test that watches a start-up fail.
     """
     directory.mkdir(parents=True, exist_ok=True)
     db_url = db_url or "sqlite:///" + str(directory / "bookings.sqlite")
@@ -356,7 +358,8 @@ def start_booking_hub(
         log_path=log_path,
     )
     try:
-        wait_until_ready(hub)
+        if wait:
+            wait_until_ready(hub)
         yield hub
     finally:
         stop_hub(process, directory / "proxy.pid")

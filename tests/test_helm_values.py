@@ -7,13 +7,7 @@ traitlets config objects with a stand-in for the hub image's ``z2jh`` module.
 
 from __future__ import annotations
 
-import copy
-import importlib.util
-import os
-import sys
-import types
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -21,57 +15,34 @@ from jsonschema import Draft7Validator
 from kubernetes_asyncio.config import kube_config
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
+from z2jh_values import (
+    HELM_VALUES,
+    SERVICE_NAME,
+    chart_defaults_and_schema,
+    helm_merge,
+    load_yaml,
+    merged_values,
+    run_hub_config,
+)
 
+from jhub_gpubooking import spawner
 from jhub_gpubooking.core.model import KNOWN_BACKENDS, Pool
 from jhub_gpubooking.core.timegrid import format_time, parse_time
+from jhub_gpubooking.hub_config import SERVICE_SCOPES
 
-REPO_ROOT = Path(__file__).parents[1]
-HELM_VALUES = REPO_ROOT / "helm-values"
-# shared/ sits next to the repo (CI); GPUBOOKING_SHARED_DIR overrides it, as in scripts/_env.sh
-Z2JH = Path(os.environ.get("GPUBOOKING_SHARED_DIR", REPO_ROOT.parent / "shared")) / "z2jh"
 VARIANTS = ["values-postgresql.yaml", "values-sqlite-pvc.yaml"]
-SERVICE_NAME = "gpu-booking"
 POSTGRES_URL = "postgresql+psycopg://gpubooking:secret@postgres.db.svc:5432/gpubooking"
 
 
-def helm_merge(defaults: Any, override: Any) -> Any:
-    """Merge values like helm: maps merge recursively, lists and scalars replace, null deletes."""
-    if not (isinstance(defaults, dict) and isinstance(override, dict)):
-        return copy.deepcopy(override)
-    merged = copy.deepcopy(defaults)
-    for key, value in override.items():
-        if value is None:
-            merged.pop(key, None)
-        elif key in merged:
-            merged[key] = helm_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
+@pytest.fixture(scope="module")
+def chart() -> tuple[dict, Draft7Validator]:
+    return chart_defaults_and_schema()
 
 
 def test_helm_merge_follows_helm_rules():
     defaults = {"a": {"b": 1, "c": [1, 2], "d": "x"}, "e": 5}
     override = {"a": {"c": [3], "d": None, "f": True}, "g": {}}
     assert helm_merge(defaults, override) == {"a": {"b": 1, "c": [3], "f": True}, "e": 5, "g": {}}
-
-
-def load_yaml(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
-
-
-@pytest.fixture(scope="module")
-def chart() -> tuple[dict, Draft7Validator]:
-    if not (Z2JH / "values.yaml").exists():
-        pytest.skip(f"z2jh chart defaults not found at {Z2JH} (shared/ must sit next to the repo, or set GPUBOOKING_SHARED_DIR)")
-    schema = load_yaml(Z2JH / "values.schema.yaml")
-    return load_yaml(Z2JH / "values.yaml"), Draft7Validator(schema)
-
-
-def merged_values(chart_defaults: dict, *files: str) -> dict:
-    values = chart_defaults
-    for name in files:
-        values = helm_merge(values, load_yaml(HELM_VALUES / name))
-    return values
 
 
 COMBINATIONS = [("values.yaml",), *[(name,) for name in VARIANTS], *[("values.yaml", v) for v in VARIANTS]]
@@ -91,78 +62,34 @@ def test_every_values_file_is_tested():
     assert sorted(p.name for p in HELM_VALUES.glob("*.yaml")) == sorted(["values.yaml", *VARIANTS])
 
 
-def test_service_roles_are_least_privilege():
-    roles = load_yaml(HELM_VALUES / "values.yaml")["hub"]["loadRoles"]
-    assert roles["gpu-booking-service"]["services"] == [SERVICE_NAME]
-    assert sorted(roles["gpu-booking-service"]["scopes"]) == sorted(
-        ["list:users", "read:users:groups", "read:servers", "delete:servers"]
-    )
-    assert roles["user"]["scopes"] == ["self", f"access:services!service={SERVICE_NAME}"]
-
-
-def test_service_port_is_reachable_from_the_proxy():
-    hub = load_yaml(HELM_VALUES / "values.yaml")["hub"]
+def test_service_port_is_reachable_from_the_proxy(chart):
+    values = merged_values(chart[0], "values.yaml")
+    hub = values["hub"]
     port = int(hub["services"][SERVICE_NAME]["url"].rsplit(":", 1)[1])
     assert hub["service"]["extraPorts"] == [
         {"name": SERVICE_NAME, "port": port, "targetPort": port}
     ]
-    proxy_rule = {
-        "from": [{"podSelector": {"matchLabels": {"app": "jupyterhub", "component": "proxy"}}}],
+    # z2jh 4 labels pods with app.kubernetes.io/* beside app/release/component, which z2jh 5
+    # drops; no selector names the release
+    proxy_pods = {"app.kubernetes.io/name": "jupyterhub", "app.kubernetes.io/component": "proxy"}
+    hub_pods = {"app.kubernetes.io/name": "jupyterhub", "app.kubernetes.io/component": "hub"}
+    # into the hub pod, from the proxy...
+    assert {
+        "from": [{"podSelector": {"matchLabels": proxy_pods}}],
         "ports": [{"port": port, "protocol": "TCP"}],
-    }
-    assert proxy_rule in hub["networkPolicy"]["ingress"]
+    } in hub["networkPolicy"]["ingress"]
+    # ...and out of the proxy pod (Cilium / GKE Dataplane v2 enforce both ends per port)
+    assert {
+        "to": [{"podSelector": {"matchLabels": hub_pods}}],
+        "ports": [{"port": port, "protocol": "TCP"}],
+    } in values["proxy"]["chp"]["networkPolicy"]["egress"]
 
 
 # --- hub.extraConfig, run the way the hub image's jupyterhub_config.py runs it --------------
 
-
-def fake_z2jh(values: dict, secrets: dict[str, str]) -> types.ModuleType:
-    """The hub image's z2jh helpers, reading the merged values instead of the mounted Secret."""
-    module = types.ModuleType("z2jh")
-
-    def get_config(key: str, default: Any = None) -> Any:
-        value: Any = values
-        for level in key.split("."):
-            if not isinstance(value, dict) or level not in value:
-                return default
-            value = value[level]
-        return copy.deepcopy(value)
-
-    def get_secret_value(key: str, default: Any = "never-explicitly-set") -> str:
-        if key in secrets:
-            return secrets[key]
-        if default != "never-explicitly-set":
-            return default
-        raise KeyError(f"{key} not found in the hub Secret")
-
-    module.get_config = get_config
-    module.get_secret_value = get_secret_value
-    module.get_name = lambda name: name
-    return module
-
-
-def run_hub_config(values: dict, monkeypatch, environ: dict[str, str]) -> Config:
-    """What z2jh's jupyterhub_config.py does with hub.services, hub.loadRoles and hub.extraConfig."""
-    token = "0123456789abcdef" * 4
-    z2jh = fake_z2jh(values, {f"hub.services.{SERVICE_NAME}.apiToken": token})
-    monkeypatch.setitem(sys.modules, "z2jh", z2jh)
-    for name, value in environ.items():
-        monkeypatch.setenv(name, value)
-    c = Config()
-    c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
-    c.JupyterHub.services = []
-    for key, service in z2jh.get_config("hub.services", {}).items():
-        service.setdefault("name", key)
-        service.pop("apiToken", None)
-        service["api_token"] = z2jh.get_secret_value(f"hub.services.{key}.apiToken")
-        c.JupyterHub.services.append(service)
-    c.KubeSpawner.profile_list = z2jh.get_config("singleuser.profileList")
-    c.JupyterHub.load_roles = [
-        {"name": key, **role} for key, role in z2jh.get_config("hub.loadRoles", {}).items()
-    ]
-    for _key, snippet in sorted(z2jh.get_config("hub.extraConfig", {}).items()):
-        exec(snippet, {"c": c})
-    return c
+#: what Kubernetes and the chart set in the hub pod, for the Hub's process only
+HUB_POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
+           "POD_NAMESPACE": "jhub"}
 
 
 def booking_service(c: Config) -> dict:
@@ -172,14 +99,32 @@ def booking_service(c: Config) -> dict:
 
 def test_extra_config_points_the_spawner_at_the_service(chart, monkeypatch):
     values = merged_values(chart[0], "values.yaml", "values-sqlite-pvc.yaml")
-    c = run_hub_config(values, monkeypatch, {})
+    c = run_hub_config(values, monkeypatch, HUB_POD)
     service = booking_service(c)
     assert c.JupyterHub.spawner_class == "gpubooking"
     assert c.GPUBookingSpawner.booking_api_url == "http://127.0.0.1:10101/services/gpu-booking/"
     assert c.GPUBookingSpawner.booking_api_token == service["api_token"]
     assert c.GPUBookingSpawner.booking_service_name == SERVICE_NAME
+    # the node watch's in-cluster config and the webhook's namespace reach the service
     assert service["environment"] == {
-        "GPUBOOKING_DB_URL": "sqlite:////srv/jupyterhub/gpubooking.sqlite"
+        **HUB_POD, "GPUBOOKING_DB_URL": "sqlite:////srv/jupyterhub/gpubooking.sqlite"
+    }
+    assert service["command"] == [
+        "jhub-gpubooking-service", "--config", "/usr/local/etc/jupyterhub/gpubooking_config.py",
+    ]
+    assert (service["display"], service["oauth_no_confirm"]) == (True, True)
+
+
+def test_roles_are_least_privilege_and_merged_into_the_admins(chart, monkeypatch):
+    values = helm_merge(merged_values(chart[0], "values.yaml", "values-sqlite-pvc.yaml"), {
+        "hub": {"loadRoles": {"user": {"scopes": ["self", "shares!user"]}}}
+    })
+    roles = {role["name"]: role for role in run_hub_config(values, monkeypatch, {}).JupyterHub.load_roles}
+    assert roles["gpu-booking-service"]["services"] == [SERVICE_NAME]
+    assert roles["gpu-booking-service"]["scopes"] == list(SERVICE_SCOPES)
+    assert roles["user"] == {
+        "name": "user",
+        "scopes": ["self", "shares!user", f"access:services!service={SERVICE_NAME}"],
     }
 
 
@@ -199,11 +144,6 @@ def test_postgresql_url_reaches_only_the_service(chart, monkeypatch):
     # the hub pod gets the variable from the Secret; the Hub itself must hand it to the service
     c = run_hub_config(values, monkeypatch, {"GPUBOOKING_DB_URL": POSTGRES_URL})
     assert booking_service(c)["environment"] == {"GPUBOOKING_DB_URL": POSTGRES_URL}
-    assert booking_service(c)["command"] == [
-        "jhub-gpubooking-service",
-        "--config",
-        "/usr/local/etc/jupyterhub/gpubooking_config.py",
-    ]
 
 
 # --- the service config file (hub.extraFiles) and singleuser.profileList -----------------------
@@ -232,9 +172,8 @@ def test_service_config_pools_build(monkeypatch, tmp_path):
 
 
 def test_service_config_policies_load(monkeypatch, tmp_path):
-    policy = pytest.importorskip(
-        "jhub_gpubooking.core.policy", reason="jhub_gpubooking.core.policy is not written yet"
-    )
+    from jhub_gpubooking.core import policy
+
     config = load_service_config(monkeypatch, tmp_path).GPUBookingService
     policy.Policy.from_config(config.default_policy)
     pool_names = {entry["name"] for entry in config.pools}
@@ -252,8 +191,6 @@ def test_every_gpu_profile_names_a_configured_pool(monkeypatch, tmp_path):
 
 
 def test_service_app_accepts_the_config(monkeypatch, tmp_path):
-    if importlib.util.find_spec("jhub_gpubooking.service.app") is None:
-        pytest.skip("jhub_gpubooking.service.app is not written yet")
     from jhub_gpubooking.service.app import GPUBookingService
 
     # what the Hub sets for a managed service, under a non-root base URL
@@ -270,7 +207,8 @@ def test_service_app_accepts_the_config(monkeypatch, tmp_path):
 
 
 def test_pools_translate_into_pod_resources(monkeypatch, tmp_path):
-    gpu = pytest.importorskip("jhub_gpubooking.gpu", reason="jhub_gpubooking.gpu is not written yet")
+    from jhub_gpubooking import gpu
+
     config = load_service_config(monkeypatch, tmp_path).GPUBookingService
     pools = {entry["name"]: Pool.from_config(entry) for entry in config.pools}
     for pool in pools.values():
@@ -294,16 +232,7 @@ UNUSED_KUBECONFIG = {
 }
 
 
-def spawner_module():
-    if importlib.util.find_spec("jhub_gpubooking.spawner") is None:
-        pytest.skip("jhub_gpubooking.spawner is not written yet")
-    import jhub_gpubooking.spawner
-
-    return jhub_gpubooking.spawner
-
-
 def test_spawner_entry_point_is_gpubooking():
-    spawner = spawner_module()
     from importlib.metadata import entry_points
 
     [entry_point] = entry_points(group="jupyterhub.spawners", name="gpubooking")
@@ -311,7 +240,6 @@ def test_spawner_entry_point_is_gpubooking():
 
 
 async def test_spawner_recognises_the_gpu_profiles(chart, monkeypatch, tmp_path):
-    spawner = spawner_module()
     values = merged_values(chart[0], "values.yaml", "values-sqlite-pvc.yaml")
     hub_config = run_hub_config(values, monkeypatch, {})
     # KubeSpawner loads a kube config when built; this test never talks to Kubernetes

@@ -1,14 +1,15 @@
-"""Pools follow the simulated cluster's nodes through a real list+watch with the official
-``kubernetes`` client; bookings on a node that disappears are flagged, and unflagged when it
+"""Pools follow the simulated cluster's nodes through a real list+watch with
+``kubernetes_asyncio``; bookings on a node that disappears are flagged, and unflagged when it
 comes back."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import datetime, timezone
 
 import pytest
-from kubernetes import client, config
+from kubernetes_asyncio import config
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.db.session import make_engine, make_session_factory, upgrade
@@ -49,19 +50,19 @@ async def synced(tmp_path, session_factory):
              gpu_node("t4-1", product="Tesla-T4", count=1)]
     async with DevCluster(tmp_path / "cluster", nodes, bookmark_seconds=0.5) as cluster:
         kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
-        api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
-        watcher = NodeWatcher(api, inventory.apply, watch_seconds=1, retry_seconds=0.2)
+        watcher = NodeWatcher(lambda: config.new_client_from_config(config_file=str(kubeconfig)),
+                              inventory.apply, watch_seconds=1, retry_seconds=0.2)
         watcher.start()
         try:
             yield cluster, store, flags, seen_pools
         finally:
-            await asyncio.get_running_loop().run_in_executor(None, watcher.stop)
-            api.api_client.close()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher.stop()
 
 
 async def test_pools_follow_nodes_and_lost_bookings_are_flagged(synced):
     cluster, store, flags, seen_pools = synced
-    await eventually(lambda: "a100" in store.pools, "pool a100 discovered")
+    await eventually(lambda: seen_pools and "a100" in seen_pools[-1], "pool a100 discovered")
     assert store.pools["a100"].nodes == {"a100-1": 2, "a100-2": 2}
     assert seen_pools[-1] == store.pools
 
@@ -90,8 +91,8 @@ async def test_pools_follow_nodes_and_lost_bookings_are_flagged(synced):
 
 
 async def test_a_gpu_failing_on_a_node_shrinks_the_pool(synced):
-    cluster, store, flags, _ = synced
-    await eventually(lambda: "a100" in store.pools, "pool a100 discovered")
+    cluster, store, flags, seen_pools = synced
+    await eventually(lambda: seen_pools and "a100" in seen_pools[-1], "pool a100 discovered")
     held = store.create("alice", "a100", 2, START, END)
 
     def lose_a_gpu(node: dict) -> None:

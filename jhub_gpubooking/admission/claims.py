@@ -6,7 +6,7 @@ The mutating webhook claims a booking for the first pod it admits on it, with th
 in use exactly as when a Hub server claims it. A pod's end is not an admission event (a finished
 pod stays until someone deletes it), so the service reconciles these claims against the cluster
 in every lifecycle tick: :func:`decide_claim` is the pure rule, :class:`PodClaims` does the I/O
-with the official ``kubernetes`` client (synchronous, so in the service's executor).
+with ``kubernetes_asyncio`` (the store's calls run in the service's executor).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -63,7 +63,7 @@ def decide_claim(booking: Booking, claimed_at: datetime, pod: PodFacts | None, n
 
 
 def pod_facts(pod: Any) -> PodFacts:
-    """Facts from a ``kubernetes`` client V1Pod."""
+    """Facts from a ``kubernetes_asyncio`` client V1Pod."""
     return PodFacts(phase=(pod.status.phase if pod.status else None) or "Pending",
                     deleting=pod.metadata.deletion_timestamp is not None)
 
@@ -71,15 +71,14 @@ def pod_facts(pod: Any) -> PodFacts:
 class PodClaims:
     """Reconcile the store's ``pod:`` claims with the cluster's pods.
 
-    ``core_api`` returns a ``kubernetes.client.CoreV1Api`` (made lazily: outside a cluster the
-    service runs without it, and the reconcile then logs once and waits).
+    ``connect`` opens a ``kubernetes_asyncio`` API client, once per reconcile (closed after it):
+    outside a cluster the service runs without one, and the reconcile then logs once and waits.
     """
 
-    def __init__(self, store: Any, core_api: Callable[[], Any], executor: Executor,
+    def __init__(self, store: Any, connect: Callable[[], Awaitable[Any]], executor: Executor,
                  grace: timedelta):
         self.store = store
-        self._core_api_factory = core_api
-        self._core_api: Any = None
+        self._connect = connect
         self.executor = executor
         self.grace = grace
         self._unavailable_logged = False
@@ -88,56 +87,70 @@ class PodClaims:
         return await asyncio.get_running_loop().run_in_executor(self.executor,
                                                                 partial(func, *args))
 
-    def _api(self) -> Any:
-        if self._core_api is None:
-            self._core_api = self._core_api_factory()
-        return self._core_api
-
-    def _read_pod(self, namespace: str, name: str) -> PodFacts | None:
-        from kubernetes.client.exceptions import ApiException
+    @staticmethod
+    async def _read_pod(api: Any, namespace: str, name: str) -> PodFacts | None:
+        from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
-            return pod_facts(self._api().read_namespaced_pod(name, namespace))
+            return pod_facts(await api.read_namespaced_pod(name, namespace))
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
 
-    def _delete_pod(self, namespace: str, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
+    @staticmethod
+    async def _delete_pod(api: Any, namespace: str, name: str) -> None:
+        from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
-            self._api().delete_namespaced_pod(name, namespace)
+            await api.delete_namespaced_pod(name, namespace)
         except ApiException as error:
             if error.status != 404:
                 raise
+
+    async def _core_api(self, api_client: Any) -> Any:
+        from kubernetes_asyncio.client import CoreV1Api
+
+        return CoreV1Api(api_client)
 
     async def reconcile(self, now: datetime) -> list[tuple[int, ClaimAction]]:
         """Release claims of ended pods, delete pods of ended bookings; returns what was done."""
         held = await self._run(self.store.held_by_prefix, POD_HOLDER_PREFIX)
         done: list[tuple[int, ClaimAction]] = []
-        for booking, claimed_at in held:
-            pod = holder_pod(booking.server)
-            try:
-                if pod is None:
-                    raise ValueError(f"holder {booking.server!r} names no pod")
-                facts = await self._run(self._read_pod, *pod)
-                action = decide_claim(booking, claimed_at, facts, now, self.grace)
-                if action is ClaimAction.DELETE_POD:
-                    await self._run(self._delete_pod, *pod)
-                    log.info("Deleted pod %s/%s: its booking %s ended at %s", *pod, booking.id,
-                             booking.end)
-                if action is not None:
-                    await self._run(self.store.release, booking.id, booking.server)
-                    done.append((booking.id, action))
-            except Exception as error:  # noqa: BLE001 - one pod must not stop the others
-                if self._unavailable_logged:
-                    log.debug("Pod claim of booking %s not checked: %s", booking.id, error)
-                else:
-                    log.warning("Pod claim of booking %s not checked (retried every tick): %s",
-                                booking.id, error)
-                    self._unavailable_logged = True
+        if not held:
+            return done
+        try:
+            api_client = await self._connect()
+        except Exception as error:  # noqa: BLE001 - no cluster: every claim waits for the next tick
+            self._log_unchecked(held[0][0].id, error)
+            return done
+        async with api_client:
+            api = await self._core_api(api_client)
+            for booking, claimed_at in held:
+                pod = holder_pod(booking.server)
+                try:
+                    if pod is None:
+                        raise ValueError(f"holder {booking.server!r} names no pod")
+                    facts = await self._read_pod(api, *pod)
+                    action = decide_claim(booking, claimed_at, facts, now, self.grace)
+                    if action is ClaimAction.DELETE_POD:
+                        await self._delete_pod(api, *pod)
+                        log.info("Deleted pod %s/%s: its booking %s ended at %s", *pod,
+                                 booking.id, booking.end)
+                    if action is not None:
+                        await self._run(self.store.release, booking.id, booking.server)
+                        done.append((booking.id, action))
+                except Exception as error:  # noqa: BLE001 - one pod must not stop the others
+                    self._log_unchecked(booking.id, error)
         return done
+
+    def _log_unchecked(self, booking_id: int, error: Exception) -> None:
+        if self._unavailable_logged:
+            log.debug("Pod claim of booking %s not checked: %s", booking_id, error)
+        else:
+            log.warning("Pod claim of booking %s not checked (retried every tick): %s",
+                        booking_id, error)
+            self._unavailable_logged = True
 
     async def stop_pod(self, booking: Booking) -> bool:
         """The lifecycle's stop rule for a pod holder: delete the pod; True once it is gone
@@ -146,7 +159,8 @@ class PodClaims:
         if pod is None:
             return False
         try:
-            await self._run(self._delete_pod, *pod)
+            async with await self._connect() as api_client:
+                await self._delete_pod(await self._core_api(api_client), *pod)
         except Exception as error:  # noqa: BLE001 - retried on the next tick
             log.warning("Could not delete pod %s/%s of booking %s: %s", *pod, booking.id, error)
             return False

@@ -10,7 +10,9 @@ service already runs in the hub pod where z2jh keeps the database credentials.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,6 +29,8 @@ from .server import hub_group_members, start_webhook_server, webhook_app
 
 #: How often the webhook's certificate files are checked for a cert-manager renewal.
 CERTIFICATE_CHECK_SECONDS = 60
+#: Set by Kubernetes in every container; the in-cluster config needs both.
+IN_CLUSTER_VARIABLES = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 
 
 class ClusterIntegration(HasTraits):
@@ -147,19 +151,44 @@ class ClusterIntegration(HasTraits):
             return
         inventory = ClusterInventory(self.store, self.inventory_pool_templates, flags,
                                      on_pools=self._use_pools)
-        self.node_watcher = NodeWatcher(self.kubernetes_core_api(), inventory.apply,
-                                        label_selector=self.inventory_node_selector)
+        self.node_watcher = NodeWatcher(self.kubernetes_connector(), inventory.apply,
+                                        label_selector=self.inventory_node_selector,
+                                        executor=self.executor)
 
     def _use_pools(self, pools: dict[str, Pool]) -> None:
         self.pool_objects = pools
 
-    def kubernetes_core_api(self) -> Any:
-        from kubernetes import client, config
+    def kubernetes_connector(self, purpose: str = "inventory_from_nodes"
+                             ) -> Callable[[], Awaitable[Any]]:
+        """How the node watch opens its ``kubernetes_asyncio`` client. Checked now: refuses
+        (``ValueError``, one sentence the service prints before exiting) when there is no way to
+        reach the API. Run later, in the watch's task: the client's modules take seconds to
+        load, and the Hub gives a managed service ten seconds to answer."""
+        path = self.inventory_kubeconfig
+        if path and not os.path.isfile(path):
+            raise ValueError(f"inventory_kubeconfig {path} does not exist.")
+        missing = [name for name in IN_CLUSTER_VARIABLES if not os.environ.get(name)]
+        if not path and missing:
+            raise ValueError(
+                f"{purpose} needs the Kubernetes API, but {' and '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not set in the service's environment "
+                "(the Hub starts a managed service with only env_keep and its own 'environment': "
+                "jhub_gpubooking.configure(c) passes them on) and inventory_kubeconfig is empty."
+            )
 
-        if self.inventory_kubeconfig:
-            return client.CoreV1Api(config.new_client_from_config(self.inventory_kubeconfig))
-        config.load_incluster_config()
-        return client.CoreV1Api()
+        async def connect() -> Any:
+            # loaded in a thread, so the service keeps answering meanwhile
+            await asyncio.to_thread(importlib.import_module, "kubernetes_asyncio.config")
+            from kubernetes_asyncio import client, config
+
+            if path:
+                return await config.new_client_from_config(config_file=path)
+            configuration = client.Configuration()
+            # the pod's service account: token and CA mounted by Kubernetes
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+
+        return connect
 
     def start_cluster_integration(self) -> None:
         """Start the node watcher and the webhook server (inside the running event loop)."""
@@ -194,8 +223,12 @@ class ClusterIntegration(HasTraits):
         if not self.webhook_port:
             return None
         if getattr(self, "_pod_claims", None) is None:
+            async def connect() -> Any:
+                # checked per use: without Kubernetes credentials the claims wait (logged once)
+                return await self.kubernetes_connector("The webhook's pod claims")()
+
             self._pod_claims = PodClaims(
-                self.store, self.kubernetes_core_api, self.executor,
+                self.store, connect, self.executor,
                 timedelta(seconds=self.webhook_deadline_grace_seconds),
             )
         return self._pod_claims
@@ -210,4 +243,5 @@ class ClusterIntegration(HasTraits):
         if self.webhook_server is not None:
             self.webhook_server.stop()
         if self.node_watcher is not None:
-            self.node_watcher.stop(timeout=1)
+            # the task closes its connection when cancelled (at the latest when the loop ends)
+            self.node_watcher.stop()

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 from ..core.model import Pool
+from ..quantity import parse_quantity
 
 # Resources of every backend in gpu.py (and the usual device plugins): a pod asking for any of
 # them needs a booking. Pools may rename their resource; those names are added at run time.
@@ -42,10 +43,6 @@ def _containers(pod: Mapping) -> list[tuple[str, Mapping]]:
 
 
 def _whole_count(container: str, name: str, quantity: object) -> int:
-    # imported here: the kubernetes package takes seconds to import, and the service must
-    # answer the Hub within its start-up wait even when the webhook is off
-    from kubernetes.utils.quantity import parse_quantity
-
     try:
         value = parse_quantity(quantity)
     except (ValueError, TypeError):

@@ -4,7 +4,8 @@ Every booked GPU-hour lands in exactly one bucket, so a report always adds up::
 
     booked = used + idle + released + no_show + scheduled
 
-- *booked*: ``[start, booked end)`` where the booked end is the end before any early release;
+- *booked*: ``[start, booked end)`` where the booked end is the end before any early release
+  (or the end itself, if the booking was extended again after the release);
 - *used*: time a server held the booking (usage intervals, clipped to what was still held);
 - *idle*: held but no server running;
 - *released*: handed back early because the server stopped (or was preempted);
@@ -22,6 +23,7 @@ from fractions import Fraction
 from .model import Booking
 
 HOUR = timedelta(hours=1)
+MICROSECOND = timedelta(microseconds=1)
 NO_GROUP = "(no group)"
 GROUPINGS = ("user", "group", "pool")
 
@@ -59,9 +61,11 @@ class Interval:
 
 
 def _hours(start: datetime, end: datetime) -> Fraction:
+    # exact to the microsecond: truncating each piece to whole seconds would lose up to a second
+    # per piece, and a booking in progress (split at "now") would no longer add up
     if end <= start:
         return Fraction(0)
-    return Fraction(int((end - start).total_seconds()), int(HOUR.total_seconds()))
+    return Fraction((end - start) // MICROSECOND, HOUR // MICROSECOND)
 
 
 def _clip(start: datetime, end: datetime, low: datetime, high: datetime) -> Fraction:
@@ -80,7 +84,8 @@ def booking_totals(
     if booking.status == "cancelled":
         return totals
     amount = Fraction(booking.amount)
-    booked_end = booking.released_end or booking.end
+    # a released booking may be extended again past the end it had before the release
+    booked_end = max(booking.released_end or booking.end, booking.end)
     # only what has happened yet can be used, idle or released
     low, high = period_start, min(period_end, max(now, period_start))
     totals.booked = amount * _clip(booking.start, booked_end, period_start, period_end)
@@ -94,7 +99,7 @@ def booking_totals(
     totals.scheduled = amount * _clip(max(booking.start, high), booking.end, low, period_end)
     given_back = amount * _clip(booking.end, booked_end, period_start, period_end)
     if booking.release_reason == "no_show":
-        totals.no_show, totals.no_shows = given_back, 1
+        totals.no_show, totals.no_shows = given_back, int(given_back > 0)
     else:
         totals.released = given_back
     return totals

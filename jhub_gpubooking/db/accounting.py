@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import or_, select
 
 from ..core.accounting import Interval, Report, build_report
 from ..core.timegrid import as_utc
@@ -17,9 +17,11 @@ from .usage import intervals_by_booking
 def usage_report(store: BookingStore, start: datetime, end: datetime, by: str) -> Report:
     """GPU-hours booked, used, idle, released and lost to no-shows in ``[start, end)``."""
     start, end = as_utc(start), as_utc(end)
-    booked_end = func.coalesce(BookingRow.released_end, BookingRow.end)
     statement = select(BookingRow).where(
-        BookingRow.status == "booked", BookingRow.start < end, booked_end > start
+        BookingRow.status == "booked",
+        BookingRow.start < end,
+        # the booked end is the later of the end and the end before an early release
+        or_(BookingRow.end > start, BookingRow.released_end > start),
     )
     with store._transaction() as session:
         bookings = [booking_from_row(row) for row in session.scalars(statement)]

@@ -6,6 +6,14 @@ schedules pods onto configured (GPU) nodes, and runs each pod's container comman
 its own loopback pod IP, so KubeSpawner's real code path runs end to end without Kubernetes.
 """
 
+try:  # the package's "devcluster" extra; a hub install does not need them
+    import jsonpatch  # noqa: F401
+    import yaml  # noqa: F401
+except ImportError as error:
+    raise ImportError(
+        f"The simulated cluster needs {error.name}: pip install 'jhub-gpubooking[devcluster]'."
+    ) from error
+
 from .cluster import DevCluster, kubeconfig, load_nodes_file, write_kubeconfig
 from .errors import ApiError
 from .scheduler import gpu_node, node_from_config, node_manifest

@@ -13,8 +13,7 @@ import logging
 from collections import Counter
 from decimal import Decimal
 
-from kubernetes.utils.quantity import parse_quantity
-
+from ..quantity import parse_quantity
 from .errors import ApiError
 from .store import Change, ObjectStore, utc_timestamp
 

@@ -4,21 +4,23 @@ service's traits."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
-from jsonschema import Draft7Validator
 from kubernetes_validate.utils import latest_version, major_minor
 from traitlets.config.loader import PyFileConfigLoader
+from z2jh_values import chart_defaults_and_schema, merged_values, run_hub_config
 
+from jhub_gpubooking.hub_config import SERVICE_SCOPES
 from jhub_gpubooking.inventory import pools_from_nodes
 from jhub_gpubooking.service.app import GPUBookingService
 
 REPO = Path(__file__).parents[2]
 WEBHOOK = REPO / "helm-values" / "webhook"
-Z2JH = REPO.parent / "shared" / "z2jh"
 MANIFEST_FILES = ["cert-manager.yaml", "service.yaml", "webhook-configurations.yaml",
                   "network-policy.yaml", "pod-claims-rbac.yaml"]
 STRICT_GROUPS = ("v1", "admissionregistration.k8s.io/v1", "networking.k8s.io/v1",
@@ -30,8 +32,24 @@ def manifests() -> list[dict]:
             for doc in yaml.safe_load_all((WEBHOOK / name).read_text()) if doc]
 
 
-def by_kind(kind: str) -> list[dict]:
-    return [doc for doc in manifests() if doc["kind"] == kind]
+def kustomized(tmp_path: Path, namespace: str) -> list[dict]:
+    """``kubectl kustomize`` of the folder after the one edit its README asks for."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (it renders kustomization.yaml)")
+    folder = tmp_path / "webhook"
+    shutil.copytree(WEBHOOK, folder)
+    kustomization = folder / "kustomization.yaml"
+    text = kustomization.read_text()
+    assert text.count("\nnamespace: jhub\n") == 1
+    kustomization.write_text(text.replace("\nnamespace: jhub\n", f"\nnamespace: {namespace}\n"))
+    rendered = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True,
+                              text=True, check=True).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def by_kind(kind: str, documents: list[dict] | None = None) -> list[dict]:
+    return [doc for doc in documents or manifests() if doc["kind"] == kind]
 
 
 @pytest.mark.parametrize("manifest", [m for m in manifests() if m["apiVersion"] in STRICT_GROUPS],
@@ -41,12 +59,12 @@ def test_kubernetes_manifests_validate_strictly(manifest):
     assert kubernetes_validate.validate(manifest, version, strict=True) == major_minor(version)
 
 
-def test_webhooks_fail_closed_reach_the_service_and_get_the_certificate_ca():
-    certificate = by_kind("Certificate")[0]
-    service = by_kind("Service")[0]
+def check_webhooks_reach_the_service(documents: list[dict]) -> None:
+    certificate = by_kind("Certificate", documents)[0]
+    service = by_kind("Service", documents)[0]
     ca_source = f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
-    configurations = by_kind("MutatingWebhookConfiguration") + \
-        by_kind("ValidatingWebhookConfiguration")
+    configurations = by_kind("MutatingWebhookConfiguration", documents) + \
+        by_kind("ValidatingWebhookConfiguration", documents)
     paths = set()
     for configuration in configurations:
         assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
@@ -61,28 +79,50 @@ def test_webhooks_fail_closed_reach_the_service_and_get_the_certificate_ca():
     assert paths == {"/mutate", "/validate"}
     assert f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc" in \
         certificate["spec"]["dnsNames"]
-    assert certificate["spec"]["issuerRef"]["name"] == by_kind("Issuer")[0]["metadata"]["name"]
+    assert certificate["spec"]["issuerRef"]["name"] == \
+        by_kind("Issuer", documents)[0]["metadata"]["name"]
+    [binding] = by_kind("ClusterRoleBinding", documents)
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "hub", "namespace": service["metadata"]["namespace"]}
+    ]
 
 
-def merged(defaults, override):
-    if not (isinstance(defaults, dict) and isinstance(override, dict)):
-        return override
-    return {**defaults, **{k: merged(defaults.get(k), v) for k, v in override.items()}}
+def test_webhooks_fail_closed_reach_the_service_and_get_the_certificate_ca():
+    check_webhooks_reach_the_service(manifests())
+
+
+def test_one_line_of_kustomization_moves_everything_to_another_namespace(tmp_path):
+    documents = kustomized(tmp_path, "mylab")
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in documents) == sorted(
+        (d["kind"], d["metadata"]["name"]) for d in manifests()
+    )
+    check_webhooks_reach_the_service(documents)
+    assert by_kind("Service", documents)[0]["metadata"]["namespace"] == "mylab"
+    assert "jhub" not in yaml.safe_dump_all(documents)
+
+
+def test_hub_pod_is_selected_by_labels_that_outlive_z2jh_4():
+    """z2jh 4 added app.kubernetes.io/* labels beside app/release/component, which z2jh 5 drops;
+    a selector must not name the release either (nothing else in the folder does)."""
+    for document in by_kind("Service") + by_kind("NetworkPolicy"):
+        spec = document["spec"]
+        selector = spec.get("selector") or spec["podSelector"]["matchLabels"]
+        assert selector == {"app.kubernetes.io/name": "jupyterhub",
+                            "app.kubernetes.io/component": "hub"}
 
 
 def test_values_validate_against_the_chart_and_configure_the_service(tmp_path, monkeypatch):
-    # set by the database variant's values in a real install
-    monkeypatch.setenv("GPUBOOKING_DB_URL", "sqlite://")
-    base = yaml.safe_load((REPO / "helm-values" / "values.yaml").read_text())
-    extra = yaml.safe_load((WEBHOOK / "values-webhook.yaml").read_text())
-    values = merged(merged(yaml.safe_load((Z2JH / "values.yaml").read_text()), base), extra)
-    schema = yaml.safe_load((Z2JH / "values.schema.yaml").read_text())
-    assert not list(Draft7Validator(schema).iter_errors(values))
-    # group owners need the group's members; the base scopes survive the list replacement
-    scopes = values["hub"]["loadRoles"]["gpu-booking-service"]["scopes"]
-    assert set(scopes) == {
-        "list:users", "read:users:groups", "read:servers", "delete:servers", "read:groups"
-    }
+    defaults, validator = chart_defaults_and_schema()
+    values = merged_values(defaults, "values.yaml", "webhook/values-webhook.yaml")
+    assert not list(validator.iter_errors(values))
+    # group owners need the group's members: configure keeps read:groups and adds its own
+    hub_config = run_hub_config(values, monkeypatch, {"POD_NAMESPACE": "mylab"})
+    [role] = [r for r in hub_config.JupyterHub.load_roles if r["name"] == "gpu-booking-service"]
+    assert role["scopes"] == ["read:groups", *SERVICE_SCOPES]
+    assert role["services"] == ["gpu-booking"]
+    [hub_entry] = [s for s in hub_config.JupyterHub.services if s["name"] == "gpu-booking"]
+    monkeypatch.setenv("GPUBOOKING_DB_URL", "sqlite://")  # set by the database variant
+    monkeypatch.setenv("POD_NAMESPACE", hub_entry["environment"]["POD_NAMESPACE"])
 
     mount = Path(values["hub"]["extraVolumeMounts"][-1]["mountPath"])
     files = values["hub"]["extraFiles"]
@@ -96,6 +136,8 @@ def test_values_validate_against_the_chart_and_configure_the_service(tmp_path, m
     assert service.webhook_port == 8443 and service.inventory_from_nodes
     assert service.pools  # the base config was loaded too
     assert set(pools_from_nodes([], service.inventory_pool_templates)) == set()
+    # the hub's own pods name their owner: its service account, in the namespace it runs in
+    assert service.webhook_hub_service_accounts == ["system:serviceaccount:mylab:hub"]
 
 
 def test_only_the_api_server_may_reach_the_webhook_port():
