@@ -29,7 +29,8 @@ if os.environ["BENCH_SPAWNER"] == "plain":
         end=now + timedelta(hours=8), placement=Placement("gpu-a100-1", (0,), 1),
     )
     booked = booking_pod_settings(
-        a100, quarter, now=now, grace_seconds=c.GPUBookingSpawner.deadline_grace_seconds
+        a100, quarter, now=now, grace_seconds=None,
+        deadline_seconds=c.GPUBookingSpawner.pod_deadline_seconds,
     ).merged_into({})
     profiles = copy.deepcopy(c.KubeSpawner.profile_list)
     for profile in profiles:

@@ -55,7 +55,8 @@ jhub_gpubooking.configure(
     # the service sees only JupyterHub's env_keep plus this: tell it where the demo's state is
     environment={"DEMO_STATE_DIR": state_dir},
 )
-c.GPUBookingSpawner.deadline_grace_seconds = 60
+# no pod deadline: the service stops a server at its booking's end (and follows extensions)
+c.GPUBookingSpawner.pod_deadline_seconds = 0
 
 # Demo only: the simulated cluster runs each pod as a local process, found through KUBECONFIG.
 c.KubeSpawner.namespace = os.environ.get("DEMO_NAMESPACE", "jhub-demo")

@@ -295,6 +295,40 @@ def gpu_request(
     return _check_request(pool, translate(pool, Fraction(amount), placement))
 
 
+#: Backends that cannot be told which GPU of a node to use: the device plugin or scheduler
+#: picks one, so shares of one booked GPU may be spread over several.
+_UNPINNED_BACKENDS = frozenset({"time-slicing", "mps", "gpu-manager", "volcano"})
+
+
+def pinning_gap(pool: Pool) -> str | None:
+    """Why bookings of ``pool`` may not land on the GPU their placement names, or None.
+
+    Placement books each share on one GPU; unless the pod is pinned to that GPU, the sharing
+    backend may put two quarters on different GPUs, and a booked whole GPU then finds none
+    free and stays Pending. Whole GPUs and MIG instances need no pinning.
+    """
+    if pool.slices_per_gpu <= 1 or pool.backend in ("whole", "mig"):
+        return None
+    if pool.backend == "hami":
+        missing = sorted(node for node, count in pool.nodes.items()
+                         if count and len(pool.gpu_uuids.get(node) or ()) != count)
+        if not missing:
+            return None
+        return (
+            f"Pool {pool.name} (HAMi) has no GPU UUIDs for node(s) {', '.join(missing)}, so HAMi "
+            "may place a booked share on another GPU than the booking holds and a booked whole "
+            "GPU may stay Pending; set the pool's gpu_uuids, or turn on inventory_from_nodes or "
+            "gpu_uuids_from_nodes to read them from HAMi's node annotation."
+        )
+    if pool.backend in _UNPINNED_BACKENDS:
+        return (
+            f"Pool {pool.name} ({pool.backend}) cannot pin a share to the GPU its booking holds, "
+            "so shares may spread over a node's GPUs and a booked whole GPU may stay Pending; "
+            "book whole GPUs from it only, or use HAMi with GPU UUIDs."
+        )
+    return None
+
+
 def check_pool_backend(
     pool: Pool, backends: Mapping[str, BackendFunc | str] | None = None
 ) -> None:
@@ -409,26 +443,52 @@ class PodSettings:
 _TRAIT_NAMES = tuple(PodSettings.__dataclass_fields__)
 
 
+#: Largest ``activeDeadlineSeconds`` Kubernetes accepts (a 32-bit signed integer field).
+MAX_ACTIVE_DEADLINE_SECONDS = 2**31 - 1
+
+
 def active_deadline_seconds(end: datetime, grace_seconds: int, now: datetime) -> int:
-    """Seconds a pod started ``now`` may run: until ``end`` plus grace, at least 1.
+    """Seconds a pod started ``now`` may run: until ``end`` plus grace, at least 1, and at most
+    :data:`MAX_ACTIVE_DEADLINE_SECONDS` (a far end would otherwise make Kubernetes refuse the pod).
 
     Kubernetes counts from the pod's start, which is a little after ``now``, so the pod
     may outlive the grace by its own start-up time but never stops before it.
     """
     remaining = as_utc(end) + timedelta(seconds=grace_seconds) - as_utc(now)
-    return max(1, math.ceil(remaining / timedelta(seconds=1)))
+    return min(MAX_ACTIVE_DEADLINE_SECONDS, max(1, math.ceil(remaining / timedelta(seconds=1))))
+
+
+def backstop_deadline_seconds(seconds: int | None) -> int | None:
+    """The far-backstop ``activeDeadlineSeconds`` of a spawned server: ``seconds`` (capped at
+    :data:`MAX_ACTIVE_DEADLINE_SECONDS`), or None (no deadline) for None or 0.
+
+    It does not follow the booking's end on purpose: Kubernetes cannot raise a running pod's
+    deadline, so a deadline at the end would kill the server of a booking extended later. The
+    booking service's stop at the end is the enforcement (docs/explanation/enforcement.md).
+    """
+    if not seconds:
+        return None
+    if seconds < 0:
+        raise ValueError(f"A pod deadline must be seconds >= 0, not {seconds!r}.")
+    return min(int(seconds), MAX_ACTIVE_DEADLINE_SECONDS)
 
 
 def booking_pod_settings(
     pool: Pool,
     booking: Booking,
     *,
-    grace_seconds: int,
+    grace_seconds: int | None,
     now: datetime,
     priority_class_name: str | None = None,
     backends: Mapping[str, BackendFunc | str] | None = None,
+    deadline_seconds: int | None = None,
 ) -> PodSettings:
-    """Everything a server of ``booking`` needs: its GPU share, node, deadline and labels."""
+    """Everything a server of ``booking`` needs: its GPU share, node, deadline and labels.
+
+    The deadline is ``deadline_seconds`` when given (see :func:`backstop_deadline_seconds`),
+    else the booking's end plus ``grace_seconds`` (pods admitted by the webhook), else none
+    (``grace_seconds`` None).
+    """
     if booking.pool != pool.name:
         raise ValueError(f"Booking {booking.id} is for pool {booking.pool}, not {pool.name}.")
     if booking.id is None:
@@ -437,7 +497,9 @@ def booking_pod_settings(
         raise ValueError(
             f"Booking {booking.id} has no GPU placement, so its server cannot be pinned to a node."
         )
-    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) or grace_seconds < 0:
+    if grace_seconds is not None and (
+        isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int) or grace_seconds < 0
+    ):
         raise ValueError(f"The deadline grace must be whole seconds >= 0, not {grace_seconds!r}.")
 
     request = gpu_request(pool, booking.amount, booking.placement, backends)
@@ -446,9 +508,12 @@ def booking_pod_settings(
     end = format_time(booking.end)
     gpus = format_amount(booking.amount)
 
-    pod_config: dict[str, Any] = {
-        "activeDeadlineSeconds": active_deadline_seconds(booking.end, grace_seconds, now)
-    }
+    deadline = None
+    if deadline_seconds is not None:
+        deadline = backstop_deadline_seconds(deadline_seconds)
+    elif grace_seconds is not None:
+        deadline = active_deadline_seconds(booking.end, grace_seconds, now)
+    pod_config: dict[str, Any] = {} if deadline is None else {"activeDeadlineSeconds": deadline}
     if request.scheduler_name:
         # set through extra_pod_config because it is applied last, after KubeSpawner's own
         # scheduler_name (z2jh's user scheduler), which cannot place these resources

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -61,13 +61,18 @@ def hami_devices(annotation: str) -> list[tuple[str, bool]]:
     writes a JSON list of objects with ``id`` and ``health``; both are read.
     """
     text = annotation.strip()
-    if text.startswith("["):
+    if text.startswith(("[", "{")):
         try:
             entries = json.loads(text)
         except ValueError:
             return []
-        return [(str(e.get("id", "")), bool(e.get("health", True)))
-                for e in entries if isinstance(e, dict) and e.get("id")]
+        if not isinstance(entries, list):
+            return []
+        entries = [e for e in entries if isinstance(e, dict) and e.get("id")]
+        # GPU i of a placement is the device of index i, whatever order HAMi listed them in
+        if all(isinstance(e.get("index"), int) for e in entries):
+            entries.sort(key=lambda e: e["index"])
+        return [(str(e["id"]), bool(e.get("health", True))) for e in entries]
     devices = []
     for entry in filter(None, text.split(":")):
         fields = entry.split(",")
@@ -121,6 +126,28 @@ def node_gpus(node: Mapping, template: Mapping[str, Any]) -> NodeGpus:
         candidates.append(len(uuids))
     count = max(0, min(candidates)) if candidates else 0
     return NodeGpus(count, uuids if len(uuids) == count else ())
+
+
+def with_hami_uuids(pool: Pool, nodes: Iterable[Mapping]) -> Pool:
+    """A configured HAMi pool with GPU UUIDs from HAMi's register annotation on each of its
+    nodes that has none, so its bookings are pinned to their GPU (``nvidia.com/use-gpuuuid``).
+
+    A node whose annotation does not list exactly the configured number of GPUs gets none: its
+    booking indices could not be mapped to devices (the start-up warning names it).
+    """
+    if pool.backend != "hami":
+        return pool
+    annotations = {
+        (node.get("metadata") or {}).get("name"):
+        ((node.get("metadata") or {}).get("annotations") or {}).get(HAMI_REGISTER_ANNOTATION, "")
+        for node in nodes
+    }
+    uuids = dict(pool.gpu_uuids)
+    for node, count in pool.nodes.items():
+        devices = [uuid for uuid, _healthy in hami_devices(annotations.get(node) or "")]
+        if not uuids.get(node) and count and len(devices) == count:
+            uuids[node] = tuple(devices)
+    return pool if uuids == dict(pool.gpu_uuids) else replace(pool, gpu_uuids=uuids)
 
 
 def _check_templates(templates: Mapping[str, Mapping[str, Any]]) -> None:

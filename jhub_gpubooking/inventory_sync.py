@@ -27,7 +27,7 @@ from .core.clock import Clock
 from .core.model import Pool
 from .core.timegrid import format_time
 from .db.models import BookingEventRow
-from .inventory import pools_from_nodes, unplaceable_bookings
+from .inventory import pools_from_nodes, unplaceable_bookings, with_hami_uuids
 from .service.api import APIHandler
 
 if TYPE_CHECKING:
@@ -98,8 +98,11 @@ class ClusterInventory:
     """Applies a node snapshot: new pools into the store, flags onto bookings that lost GPUs."""
 
     def __init__(self, store: Any, templates: Mapping[str, Mapping[str, Any]],
-                 flags: BookingFlags, on_pools: Callable[[dict[str, Pool]], None] = lambda p: None):
+                 flags: BookingFlags, on_pools: Callable[[dict[str, Pool]], None] = lambda p: None,
+                 configured_uuids: bool = False):
         self.store = store
+        # configured HAMi pools take their GPU UUIDs from HAMi's node annotation too
+        self.configured_uuids = configured_uuids
         self.templates = dict(templates)
         self.flags = flags
         self.on_pools = on_pools
@@ -109,7 +112,10 @@ class ClusterInventory:
 
     def apply(self, nodes: list[dict]) -> dict[str, Pool]:
         discovered = pools_from_nodes(nodes, self.templates, previous=self.store.pools)
-        pools = {**self.configured, **discovered}
+        configured = self.configured
+        if self.configured_uuids:
+            configured = {name: with_hami_uuids(pool, nodes) for name, pool in configured.items()}
+        pools = {**configured, **discovered}
         # one reference swap: readers in other threads see the old or the new pools, never a mix
         self.store.pools = pools
         self.store.sync_pools()

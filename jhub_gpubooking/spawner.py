@@ -144,12 +144,17 @@ class GPUBookingSpawner(KubeSpawner):
         config=True,
         help="Seconds to wait for a connection to the booking service before GPU starts are refused.",
     )
-    deadline_grace_seconds = Integer(
-        120,
+    pod_deadline_seconds = Integer(
+        0,
+        min=0,
         config=True,
         help="""
-        Seconds a GPU pod may outlive its booking's end before Kubernetes stops it
-        (``activeDeadlineSeconds`` is the time left in the booking plus this grace).
+        ``activeDeadlineSeconds`` of every GPU pod, counted from its start: a far backstop for
+        when the booking service cannot stop servers. 0 (the default) sets no deadline. The
+        booking's end is enforced by the service, which stops the server at the end plus
+        ``GPUBookingService.end_grace_seconds`` and follows every extension; Kubernetes cannot
+        raise a running pod's deadline, so set this above the longest booking anyone (admins
+        included) may hold, or an extended server is cut short. Capped at 2^31-1.
         """,
     )
     booked_priority_class_name = Unicode(
@@ -435,7 +440,8 @@ class GPUBookingSpawner(KubeSpawner):
                 pool,
                 booking,
                 now=SystemClock().now(),
-                grace_seconds=self.deadline_grace_seconds,
+                grace_seconds=None,
+                deadline_seconds=self.pod_deadline_seconds,
                 priority_class_name=self._priority_class_for(booking),
                 backends=self.gpu_backends,
             )

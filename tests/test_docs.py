@@ -96,7 +96,7 @@ def normalise_route(route: str) -> str:
 def test_spawner_reference_lists_every_own_option(built_site):
     page = (built_site / "reference" / "spawner-config.html").read_text()
     options = own_config_traits(GPUBookingSpawner)
-    assert {"booking_api_url", "booking_api_token", "deadline_grace_seconds"} <= options
+    assert {"booking_api_url", "booking_api_token", "pod_deadline_seconds"} <= options
     assert [name for name in sorted(options) if f"GPUBookingSpawner.{name}" not in page] == []
     # KubeSpawner's own options are linked, not repeated
     assert "GPUBookingSpawner.cpu_limit" not in page

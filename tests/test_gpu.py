@@ -442,6 +442,32 @@ def test_active_deadline_counts_from_the_given_now(now, expected):
     assert settings.extra_pod_config == {"activeDeadlineSeconds": expected}
 
 
+def test_a_far_end_never_gives_a_deadline_kubernetes_rejects():
+    far = booking(WHOLE, Fraction(1), on("gpu-a", 0)).with_changes(end=NOW + timedelta(days=36500))
+    settings = booking_pod_settings(WHOLE, far, grace_seconds=60, now=NOW)
+    assert settings.extra_pod_config == {"activeDeadlineSeconds": 2**31 - 1}
+
+
+@pytest.mark.parametrize(
+    "deadline_seconds, expected",
+    [(0, {}), (86400, {"activeDeadlineSeconds": 86400}),
+     (2**40, {"activeDeadlineSeconds": 2**31 - 1})],
+)
+def test_the_spawners_backstop_deadline_ignores_the_booking_end(deadline_seconds, expected):
+    settings = booking_pod_settings(
+        WHOLE, booking(WHOLE, Fraction(1), on("gpu-a", 0)), grace_seconds=None, now=NOW,
+        deadline_seconds=deadline_seconds,
+    )
+    assert settings.extra_pod_config == expected
+
+
+def test_no_grace_and_no_backstop_means_no_deadline():
+    settings = booking_pod_settings(
+        WHOLE, booking(WHOLE, Fraction(1), on("gpu-a", 0)), grace_seconds=None, now=NOW
+    )
+    assert settings.extra_pod_config == {}
+
+
 def test_label_values_are_valid_kubernetes_label_values():
     label_value = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
     long_pool = Pool(name="p" * 63, nodes={"n": 1})
@@ -591,3 +617,35 @@ def test_apply_to_sets_the_merged_traits():
     settings.apply_to(spawner)
     expected = settings.merged_into(PROFILE_TRAITS)
     assert {name: getattr(spawner, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("pool", "gap"),
+    [
+        (WHOLE, None),
+        (MIG, None),
+        (Pool(name="h", nodes={"gpu-b": 2}, slices_per_gpu=4, backend="hami",
+              gpu_uuids={"gpu-b": ("GPU-b0", "GPU-b1")}), None),
+        (Pool(name="h1", nodes={"gpu-b": 2}, slices_per_gpu=1, backend="hami"), None),
+        (HAMI, ("Pool a100-hami (HAMi) has no GPU UUIDs for node(s) gpu-c, so HAMi may place a "
+                "booked share on another GPU than the booking holds and a booked whole GPU may "
+                "stay Pending; set the pool's gpu_uuids, or turn on inventory_from_nodes or "
+                "gpu_uuids_from_nodes to read them from HAMi's node annotation.")),
+        (Pool(name="ts", nodes={"n": 2}, slices_per_gpu=4, backend="time-slicing"),
+         ("Pool ts (time-slicing) cannot pin a share to the GPU its booking holds, so shares "
+          "may spread over a node's GPUs and a booked whole GPU may stay Pending; book whole "
+          "GPUs from it only, or use HAMi with GPU UUIDs.")),
+    ],
+    ids=["whole", "mig", "hami-pinned", "hami-whole-only", "hami-unpinned", "time-slicing"],
+)
+def test_pinning_gap_names_pools_whose_shares_cannot_be_pinned(pool, gap):
+    assert gpu.pinning_gap(pool) == gap
+
+
+def test_hami_pins_a_whole_booked_gpu_and_each_share_to_its_uuid():
+    quarter = gpu_request(HAMI, Fraction(1, 4), Placement("gpu-b", (1,), 1))
+    whole = gpu_request(HAMI, Fraction(1), Placement("gpu-b", (0,), 4))
+    assert quarter.annotations == {"nvidia.com/use-gpuuuid": "GPU-b1"}
+    assert whole.annotations == {"nvidia.com/use-gpuuuid": "GPU-b0"}
+    # a node without UUIDs is not pinned (and pinning_gap warns at start)
+    assert gpu_request(HAMI, Fraction(1), Placement("gpu-c", (0,), 4)).annotations == {}

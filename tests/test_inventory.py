@@ -10,7 +10,13 @@ import pytest
 
 from jhub_gpubooking.core.model import Booking, Placement, Pool
 from jhub_gpubooking.devcluster import gpu_node
-from jhub_gpubooking.inventory import hami_devices, node_gpus, pools_from_nodes, unplaceable_bookings
+from jhub_gpubooking.inventory import (
+    hami_devices,
+    node_gpus,
+    pools_from_nodes,
+    unplaceable_bookings,
+    with_hami_uuids,
+)
 
 NOW = datetime(2030, 5, 6, 10, 0, tzinfo=timezone.utc)
 A100 = "NVIDIA-A100-SXM4-40GB"
@@ -125,3 +131,26 @@ def test_unplaceable_bookings_are_named_with_the_reason():
            "cannot be used.",
         5: "GPU pool gone no longer exists, so booking 5 cannot be used.",
     }
+
+
+def test_hami_devices_follow_their_index_not_the_listing_order():
+    register = ('[{"id": "GPU-cc", "index": 2, "health": true},'
+                ' {"id": "GPU-aa", "index": 0, "health": true},'
+                ' {"id": "GPU-bb", "index": 1, "health": true}]')
+    assert [uuid for uuid, _ in hami_devices(register)] == ["GPU-aa", "GPU-bb", "GPU-cc"]
+    assert hami_devices('{"id": "GPU-aa"}') == []  # JSON, but not a list of devices
+
+
+def test_configured_hami_pools_take_uuids_from_hamis_node_annotation():
+    configured = Pool(name="lab", nodes={"a100-1": 3, "a100-2": 2, "a100-3": 2},
+                      slices_per_gpu=4, backend="hami", gpu_memory_mib=40960,
+                      gpu_uuids={"a100-3": ("GPU-x", "GPU-y")})
+    nodes = [hami_node("a100-1", REGISTER_OLD),  # all three devices, one unhealthy
+             hami_node("a100-2", REGISTER_OLD),  # three devices for two configured GPUs
+             hami_node("a100-3", REGISTER_OLD)]  # configured UUIDs win
+    filled = with_hami_uuids(configured, nodes)
+    assert filled.gpu_uuids == {"a100-1": ("GPU-aa", "GPU-bb", "GPU-cc"),
+                                "a100-3": ("GPU-x", "GPU-y")}
+    assert with_hami_uuids(filled, nodes) == filled
+    whole = Pool(name="whole", nodes={"a100-1": 3})
+    assert with_hami_uuids(whole, nodes) is whole

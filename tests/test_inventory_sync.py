@@ -62,6 +62,7 @@ async def synced(tmp_path, session_factory):
 
 async def test_pools_follow_nodes_and_lost_bookings_are_flagged(synced):
     cluster, store, flags, seen_pools = synced
+    # on_pools is the last step of applying a snapshot: the store has its pools before that
     await eventually(lambda: seen_pools and "a100" in seen_pools[-1], "pool a100 discovered")
     assert store.pools["a100"].nodes == {"a100-1": 2, "a100-2": 2}
     assert seen_pools[-1] == store.pools
@@ -102,3 +103,55 @@ async def test_a_gpu_failing_on_a_node_shrinks_the_pool(synced):
     await eventually(lambda: held.id in flags.current(), "booking on the shrunk node flagged")
     assert store.pools["a100"].nodes[held.placement.node] == 1
     assert "now reports 1 GPU(s)" in flags.current()[held.id].message
+
+
+def test_configured_hami_pools_are_pinned_from_hamis_node_annotation(session_factory):
+    """gpu_uuids_from_nodes: a configured HAMi pool without UUIDs takes them from the nodes, so
+    its bookings get nvidia.com/use-gpuuuid."""
+    from jhub_gpubooking.core.model import Pool
+    from jhub_gpubooking.gpu import gpu_request
+
+    lab = Pool(name="lab", nodes={"a100-1": 2, "a100-2": 2}, slices_per_gpu=4, backend="hami",
+               gpu_memory_mib=40960)
+    clock = ManualClock(NOW)
+    store = BookingStore(session_factory, {"lab": lab}, clock=clock)
+    store.sync_pools()
+    seen = []
+    inventory = ClusterInventory(store, {}, BookingFlags(session_factory, clock),
+                                 on_pools=seen.append, configured_uuids=True)
+    annotated = gpu_node("a100-1", count=2, hami_splits=10)
+    annotated["metadata"]["annotations"] = {
+        "hami.io/node-nvidia-register": '[{"id": "GPU-2", "index": 1}, {"id": "GPU-1", "index": 0}]'}
+    pools = inventory.apply([annotated, gpu_node("a100-2", count=2, hami_splits=10)])
+    assert pools["lab"].gpu_uuids == {"a100-1": ("GPU-1", "GPU-2")}
+    assert store.pools["lab"] == pools["lab"] == seen[-1]["lab"]
+    booking = store.create("ada", "lab", "1", START, END)
+    request = gpu_request(store.pools["lab"], booking.amount, booking.placement)
+    expected = {"a100-1": "GPU-1", "a100-2": None}[booking.placement.node]
+    assert request.annotations.get("nvidia.com/use-gpuuuid") == expected
+
+
+def test_the_service_warns_at_start_about_pools_it_cannot_pin(tmp_path, caplog):
+    from jhub_gpubooking.service.app import GPUBookingService
+
+    service = GPUBookingService(
+        db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}", upgrade_db=True,
+        pools=[{"name": "lab", "nodes": {"n1": 2}, "slices_per_gpu": 4, "backend": "hami",
+                "gpu_memory_mib": 40960},
+               {"name": "pinned", "nodes": {"n2": 1}, "slices_per_gpu": 4, "backend": "hami",
+                "gpu_memory_mib": 40960, "gpu_uuids": {"n2": ["GPU-9"]}}],
+        hub_api_url="http://127.0.0.1:9/hub/api", api_token="t",
+    )
+    service.log.addHandler(caplog.handler)  # the Application's logger does not propagate
+    with caplog.at_level("WARNING"):
+        service.setup()
+    service.log.removeHandler(caplog.handler)
+    try:
+        warnings = [r.getMessage() for r in caplog.records if "GPU UUIDs" in r.getMessage()]
+        assert warnings == [(
+            "Pool lab (HAMi) has no GPU UUIDs for node(s) n1, so HAMi may place a booked share "
+            "on another GPU than the booking holds and a booked whole GPU may stay Pending; set "
+            "the pool's gpu_uuids, or turn on inventory_from_nodes or gpu_uuids_from_nodes to "
+            "read them from HAMi's node annotation.")]
+    finally:
+        service.executor.shutdown(wait=True)

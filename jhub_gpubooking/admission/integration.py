@@ -23,6 +23,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, HasTraits, Integer, List, Unicode, default
 
 from ..core.model import Pool
+from ..gpu import pinning_gap
 from .claims import PodClaims
 from .review import AdmissionSettings
 from .server import hub_group_members, start_webhook_server, webhook_app
@@ -103,6 +104,13 @@ class ClusterIntegration(HasTraits):
         "resources, HAMi annotations) and keep them in sync; configured pools with other names "
         "stay as configured.",
     ).tag(config=True)
+    gpu_uuids_from_nodes = Bool(
+        False,
+        help="Watch the nodes of configured HAMi pools and take their GPU UUIDs from HAMi's "
+        "node annotation (hami.io/node-nvidia-register) where the pool lists none, so a booked "
+        "share is pinned to its GPU (nvidia.com/use-gpuuuid). Discovered pools "
+        "(inventory_from_nodes) always do. Needs the node watch's rights.",
+    ).tag(config=True)
     inventory_pool_templates = Dict(
         Dict(),
         help="GPU product (the nvidia.com/gpu.product node label) → pool template: a pool dict "
@@ -147,16 +155,31 @@ class ClusterIntegration(HasTraits):
                     {**args, "route_template": template})
             for template, handler, args in flagged_routes(flags)
         ])
-        if not self.inventory_from_nodes:
+        self._pinning_warned: set[str] = set()
+        self.warn_unpinned_pools(self.pool_objects)
+        if not (self.inventory_from_nodes or self.gpu_uuids_from_nodes):
             return
-        inventory = ClusterInventory(self.store, self.inventory_pool_templates, flags,
-                                     on_pools=self._use_pools)
-        self.node_watcher = NodeWatcher(self.kubernetes_connector(), inventory.apply,
+        templates = self.inventory_pool_templates if self.inventory_from_nodes else {}
+        inventory = ClusterInventory(self.store, templates, flags, on_pools=self._use_pools,
+                                     configured_uuids=self.gpu_uuids_from_nodes)
+        purpose = "inventory_from_nodes" if self.inventory_from_nodes else "gpu_uuids_from_nodes"
+        self.node_watcher = NodeWatcher(self.kubernetes_connector(purpose), inventory.apply,
                                         label_selector=self.inventory_node_selector,
                                         executor=self.executor)
 
     def _use_pools(self, pools: dict[str, Pool]) -> None:
         self.pool_objects = pools
+        self.warn_unpinned_pools(pools)
+
+    def warn_unpinned_pools(self, pools: dict[str, Pool]) -> list[str]:
+        """Log, once per distinct message, each pool whose bookings cannot be pinned to the GPU
+        their placement holds (see :func:`jhub_gpubooking.gpu.pinning_gap`)."""
+        gaps = [gap for gap in map(pinning_gap, pools.values()) if gap]
+        for gap in gaps:
+            if gap not in self._pinning_warned:
+                self.log.warning("%s", gap)
+        self._pinning_warned = set(gaps)
+        return gaps
 
     def kubernetes_connector(self, purpose: str = "inventory_from_nodes"
                              ) -> Callable[[], Awaitable[Any]]:

@@ -122,42 +122,43 @@ class OpportunisticBookings:
     def create_preempting(
         self, user: str, pool: str, gpus: Any, start: datetime, end: datetime, **options: Any
     ) -> tuple[Booking, list[Booking]]:
-        """``store.create``; when only grants stand in the way, end them and book again.
+        """``store.create``; when only grants stand in the way, end them and book, all in one
+        transaction (a booking that still does not fit cuts no grant short).
 
         Returns the booking and the preempted grants (as they are after their release), whose
         servers the caller stops. Policy is checked before capacity, so a booking the policy
         refuses never preempts anything.
         """
-        amount = _amount(gpus)
-        try:
-            return self.store.create(user, pool, amount, start, end, **options), []
-        except NoCapacity:
-            preempted = self.preempt_for(pool, amount, start, end, options.get("actor"))
-            if not preempted:
-                raise
-        return self.store.create(user, pool, amount, start, end, **options), preempted
+        preempted: list[Booking] = []
 
-    def preempt_for(
-        self, pool: str, amount: Fraction, start: datetime, end: datetime, actor: str | None
+        def make_room(session, request: Booking, now: datetime) -> bool:
+            preempted[:] = self._preempt(session, request, now, options.get("actor"))
+            return bool(preempted)
+
+        booking = self.store.create(user, pool, _amount(gpus), start, end, make_room=make_room,
+                                    **options)
+        return booking, preempted
+
+    def _preempt(
+        self, session, request: Booking, now: datetime, actor: str | None
     ) -> list[Booking]:
-        """Release the grants that keep ``amount`` from fitting in [start, end)."""
-        pool_spec = self.store._pool(pool)
+        """Release the grants that keep ``request`` from fitting (its pool is locked)."""
+        bookings, windows = self.store._overlapping(
+            session, request.pool, request.start, request.end
+        )
+        plan = preemption_plan(
+            self.store.pools[request.pool],
+            bookings,
+            request.start,
+            request.end,
+            request.amount,
+            windows,
+            now=now,
+            slot_minutes=self.store.slot_minutes,
+        )
         released = []
-        with self.store._transaction(write=True) as session:
-            self.store._lock_pool(session, pool)
-            bookings, windows = self.store._overlapping(session, pool, start, end)
-            plan = preemption_plan(
-                pool_spec,
-                bookings,
-                start,
-                end,
-                amount,
-                windows,
-                now=self.store._now(),
-                slot_minutes=self.store.slot_minutes,
-            )
-            for preemption in plan:
-                row = session.get(BookingRow, preemption.booking.id, with_for_update=True)
-                self.lifecycle._release_row(session, row, preemption.new_end, PREEMPTED, actor)
-                released.append(booking_from_row(row))
+        for preemption in plan:
+            row = session.get(BookingRow, preemption.booking.id, with_for_update=True)
+            self.lifecycle._release_row(session, row, preemption.new_end, PREEMPTED, actor)
+            released.append(booking_from_row(row))
         return released

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..core import placement as placing
 from ..core import policy as booking_policy
 from ..core.clock import Clock, SystemClock
-from ..core.errors import Conflict, InvalidRequest, NotFound
+from ..core.errors import Conflict, InvalidRequest, NoCapacity, NotFound
 from ..core.model import Booking, BookingState, MaintenanceWindow, Pool, parse_amount
 from ..core.timegrid import as_utc, ceil_to_grid, floor_to_grid, format_time, is_on_grid
 from .convert import (
@@ -229,8 +229,14 @@ class BookingStore:
         groups: Any = (),
         is_admin: bool = False,
         actor: str | None = None,
+        make_room: Callable[[Session, Booking, datetime], bool] | None = None,
     ) -> Booking:
-        """Book ``gpus`` of ``pool`` for [start, end) or raise the refusal a user would see."""
+        """Book ``gpus`` of ``pool`` for [start, end) or raise the refusal a user would see.
+
+        ``make_room(session, request, now)`` is called when the pool is full, inside the same
+        locked transaction; when it frees capacity (returns True) the booking is placed again.
+        One transaction: if the booking still does not fit, what it freed is rolled back.
+        """
         pool_spec = self._pool(pool)
         amount = gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
         start, end, now = as_utc(start), as_utc(end), self._now()
@@ -249,9 +255,13 @@ class BookingStore:
         )
         with self._transaction(write=True) as session:
             self._lock_for_rules(session, pool, groups, is_admin)
-            return booking_from_row(
-                self._place(session, request, groups, is_admin, now, actor or user)
-            )
+            try:
+                row = self._place(session, request, groups, is_admin, now, actor or user)
+            except NoCapacity:
+                if make_room is None or not make_room(session, request, now):
+                    raise
+                row = self._place(session, request, groups, is_admin, now, actor or user)
+            return booking_from_row(row)
 
     def _check_rules(self, session: Session, request: Booking, groups: Any, now, check) -> None:
         """The policy ``check`` (check_booking / check_end_change), then the budget book's."""

@@ -15,6 +15,7 @@ import re
 import secrets
 import signal
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,6 +51,10 @@ DATABASE_RETRY_SECONDS = 2.0
 DATABASE_WAIT_LOG_SECONDS = 30.0
 
 #: Regular expression of each path parameter used in the route templates.
+#: Seconds the service waits, once told to stop, for requests in flight and database work;
+#: then it exits anyway (the z2jh hub pod has 30 s to stop the Hub and all its services).
+SHUTDOWN_SECONDS = 1.0
+
 PATH_PARAMETER_PATTERNS = {"booking_id": r"\d+", "window_id": r"\d+", "series_id": r"\d+"}
 DEFAULT_PATH_PARAMETER_PATTERN = r"[^/]+"
 
@@ -464,10 +469,27 @@ class GPUBookingService(
         except KeyboardInterrupt:
             self.log.info("Interrupted")
         finally:
-            self.executor.shutdown(wait=False)
+            self.finish_executor()
+
+    def finish_executor(self) -> None:
+        """Let database work in flight finish for SHUTDOWN_SECONDS, then exit regardless.
+
+        Queued work is dropped; a thread still inside a Hub round trip or a database call would
+        otherwise hold the process at interpreter exit (a transaction cut short rolls back).
+        """
+        waiter = threading.Thread(
+            target=self.executor.shutdown, kwargs={"cancel_futures": True}, daemon=True
+        )
+        waiter.start()
+        waiter.join(SHUTDOWN_SECONDS)
+        if waiter.is_alive():
+            self.log.warning("Stopping with database work unfinished (it is rolled back)")
+            logging.shutdown()
+            os._exit(0)
 
     async def serve(self) -> None:
-        """Listen on ``service_url`` until SIGTERM (how the Hub stops managed services)."""
+        """Listen on ``service_url`` until SIGINT or SIGTERM (the Hub sends SIGINT first to stop
+        a managed service, Kubernetes SIGTERM to the hub pod), then stop within 2 seconds."""
         listen = urlparse(self.service_url)
         server = HTTPServer(self.tornado_app, xheaders=True)
         server.listen(listen.port or 80, listen.hostname or "127.0.0.1")
@@ -480,12 +502,19 @@ class GPUBookingService(
             self.service_prefix,
         )
         stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        loop = asyncio.get_running_loop()
+        # installed explicitly: a process started in the background inherits SIGINT ignored
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
         await stop.wait()
+        self.log.info("Stopping the GPU booking service")
         self.stop_lifecycle()
         self.stop_cluster_integration()
         server.stop()
-        await server.close_all_connections()
+        try:
+            await asyncio.wait_for(server.close_all_connections(), SHUTDOWN_SECONDS)
+        except asyncio.TimeoutError:
+            self.log.info("Closing connections still open")
 
 
 main = GPUBookingService.launch_instance

@@ -116,3 +116,20 @@ def test_a_running_grant_does_not_count_against_the_users_own_limits(make_store)
     with pytest.raises(PolicyViolation) as refused:  # real bookings still count
         opportunistic(store).create_preempting("ada", "t4", 1, at(14), at(15))
     assert refused.value.rule == "max_bookings"
+
+
+def test_grants_cut_for_a_booking_that_still_does_not_fit_are_rolled_back(store):
+    """Preemption and the booking are one transaction: no grant is cut for nothing."""
+    grant = opportunistic(store).grant("ada", "t4", 1, HORIZON)
+    store.create("bob", "t4", 1, at(10), at(12))
+    lifecycle = opportunistic(store)
+
+    def cut_the_grant_only(session, request, now):
+        # frees the grant's GPU, but bob's booking still leaves no room for 2 GPUs
+        return bool(lifecycle._preempt(session, request.with_changes(amount=1), now, "carol"))
+
+    with pytest.raises(NoCapacity):
+        store.create("carol", "t4", 2, at(10, 15), at(11), make_room=cut_the_grant_only)
+    kept = store.get(grant.id)
+    assert (kept.end, kept.release_reason) == (at(11, 15), None)
+    assert [e.kind for e in store.history(grant.id)] == ["created"]

@@ -8,7 +8,6 @@ load_subconfig(os.path.join(os.environ["E2E_DEMO_DIR"], "jupyterhub_config.py"))
 c.Spawner.poll_interval = 3  # the Hub notices a pod that ended within seconds
 c.GPUBookingSpawner.booking_request_timeout = 2
 c.GPUBookingSpawner.booking_connect_timeout = 1
-c.GPUBookingSpawner.deadline_grace_seconds = 0
 
 service = c.JupyterHub.services[0]
 command = list(service["command"])
@@ -19,8 +18,8 @@ if os.environ.get("E2E_DB_URL"):
     service["environment"]["E2E_DB_URL"] = os.environ["E2E_DB_URL"]
 
 if os.environ.get("E2E_PROFILE") == "lifecycle":
-    # the pod deadline lies far past the booking's end, so only the service can stop a server
-    # at the end; opportunistic pods get a recognisable low priority class
-    c.GPUBookingSpawner.deadline_grace_seconds = 600
+    # a far pod deadline (the backstop), so only the service can stop a server at the end;
+    # opportunistic pods get a recognisable low priority class
+    c.GPUBookingSpawner.pod_deadline_seconds = 24 * 3600
     c.GPUBookingSpawner.opportunistic_priority_class_name = "gpu-opportunistic"
     service["environment"]["E2E_PROFILE"] = "lifecycle"

@@ -84,7 +84,7 @@ def test_the_service_stops_a_server_when_its_booking_ends_and_warns_before(drive
     assert driver.start_server("erin", "a100").status_code in (201, 202)
     driver.wait_ready("erin")
     pod = driver.pods()["jupyter-erin"]
-    assert pod["spec"]["activeDeadlineSeconds"] > 600  # the backstop is far away here
+    assert pod["spec"]["activeDeadlineSeconds"] == 24 * 3600  # the far backstop
 
     warning = wait_for(
         lambda: [n for n in notices(driver, "erin")
