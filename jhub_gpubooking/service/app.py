@@ -464,6 +464,10 @@ class GPUBookingService(
             # the admin needs that sentence, not a traceback
             self.log.critical("Configuration error: %s", error)
             self.exit(2)
+        except KeyboardInterrupt:
+            # told to stop while waiting for the database (see wait_for_database)
+            self.log.info("Interrupted before serving")
+            return
         try:
             asyncio.run(self.serve())
         except KeyboardInterrupt:
