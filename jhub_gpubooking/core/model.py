@@ -124,18 +124,13 @@ class Pool:
         if amount > 1 and amount.denominator != 1:
             raise InvalidRequest(
                 f"{format_amount(amount)} GPUs cannot be booked: more than one GPU must be a "
-                "whole number (a fraction always sits on a single GPU)."
+                f"whole number (a fraction always sits on a single GPU); {self._nearest(amount)}."
             )
         slices = amount * self.slices_per_gpu
         if slices.denominator != 1:
-            steps = ", ".join(
-                format_amount(Fraction(k, self.slices_per_gpu))
-                for k in range(1, self.slices_per_gpu + 1)
-            )
             raise InvalidRequest(
                 f"Pool {self.display_name} shares each GPU in {self.slices_per_gpu} slice(s); "
-                f"{format_amount(amount)} GPU is not bookable here (bookable: {steps}, "
-                "or a whole number of GPUs)."
+                f"{format_amount(amount)} GPU is not bookable here; {self._nearest(amount)}."
             )
         max_gpus = max(self.nodes.values())
         if amount > max_gpus:
@@ -144,6 +139,20 @@ class Pool:
                 f"of {format_amount(amount)} GPUs cannot be placed on a single node."
             )
         return int(slices)
+
+    def nearest_amounts(self, amount: Fraction) -> list[Fraction]:
+        """The bookable amounts just below and just above an off-grid ``amount`` (one if the
+        other does not exist): slice steps below one GPU, whole GPUs above."""
+        step = Fraction(1, self.slices_per_gpu) if amount < 1 else Fraction(1)
+        below = (amount // step) * step
+        largest = max(self.nodes.values())
+        return [a for a in (below, below + step) if 0 < a <= max(largest, 1)]
+
+    def _nearest(self, amount: Fraction) -> str:
+        nearest = [format_amount(a) for a in self.nearest_amounts(amount)]
+        if len(nearest) == 1:
+            return f"the nearest bookable amount is {nearest[0]}"
+        return f"the nearest bookable amounts are {' and '.join(nearest)}"
 
     def slices_to_amount(self, slices: int) -> Fraction:
         return Fraction(slices, self.slices_per_gpu)
@@ -157,17 +166,26 @@ def parse_amount(value: Any) -> Fraction:
         if isinstance(value, int):
             return Fraction(value)
         if isinstance(value, float):
-            # floats like 0.1 + 0.2: take the shortest decimal, then snap thirds/sevenths
-            return Fraction(_plain_decimal(repr(value))).limit_denominator(1000)
+            return _without_float_noise(Fraction(_plain_decimal(repr(value))))
         if isinstance(value, str):
             text = value.strip()
             if "/" in text:
                 num, den = text.split("/", 1)
                 return Fraction(int(num), int(den))
-            return Fraction(_plain_decimal(text)).limit_denominator(1000)
+            return _without_float_noise(Fraction(_plain_decimal(text)))
     except (ValueError, ZeroDivisionError, InvalidOperation):
         pass
     raise InvalidRequest(f"'gpus' must be a number such as 1, 0.5 or 1/4, not {value!r}.")
+
+
+#: How close a decimal must be to a simple fraction to *be* it: 0.3333333333333333 (a float's
+#: 1/3, as the page sends it) is 1/3, but 0.2501 is not 1/4 and is refused as off the grid.
+FLOAT_NOISE = Fraction(1, 10**12)
+
+
+def _without_float_noise(exact: Fraction) -> Fraction:
+    simple = exact.limit_denominator(1000)
+    return simple if abs(simple - exact) <= FLOAT_NOISE else exact
 
 
 def _plain_decimal(text: str) -> Decimal:

@@ -31,6 +31,11 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
            "September", "October", "November", "December")
 _MINUTE_KEYS = ("min_minutes", "max_minutes", "cooldown_minutes")
 
+#: The service's ``default_policy`` unless the admin sets one: a booking lasts at most a week
+#: and starts at most 90 days ahead, so nobody can take every GPU until the year 2199 by
+#: accident (admins are exempt, as from every policy).
+SAFE_DEFAULT_POLICY = {"max_minutes": 7 * 24 * 60, "max_days_ahead": 90}
+
 
 @dataclass(frozen=True)
 class Policy:

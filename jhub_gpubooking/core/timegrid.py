@@ -12,6 +12,10 @@ from datetime import datetime, timedelta, timezone
 from .errors import InvalidRequest
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: Times the service accepts: [EARLIEST_TIME, LATEST_TIME). Outside, grid and duration arithmetic
+#: (a day after 9999-12-31, a pod deadline in seconds) would overflow, and no lab books there.
+EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=timezone.utc)
+LATEST_TIME = datetime(2200, 1, 1, tzinfo=timezone.utc)
 
 
 def as_utc(when: datetime) -> datetime:
@@ -40,9 +44,15 @@ def parse_time(text: str, field: str = "time") -> datetime:
             f"'{field}' must include a time zone (Z or an offset such as +01:00): {text!r}."
         )
     try:
-        return parsed.astimezone(timezone.utc)
+        parsed = parsed.astimezone(timezone.utc)
     except OverflowError:  # e.g. 0001-01-01T00:00+01:00 is before year 1 in UTC
-        raise InvalidRequest(f"'{field}' is out of the supported range: {text!r}.") from None
+        parsed = None
+    if parsed is None or not EARLIEST_TIME <= parsed < LATEST_TIME:
+        raise InvalidRequest(
+            f"'{field}' must be a time in the years {EARLIEST_TIME.year} to "
+            f"{LATEST_TIME.year - 1} (UTC), not {text!r}."
+        )
+    return parsed
 
 
 def format_time(when: datetime | None) -> str | None:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -45,6 +45,16 @@ MAX_TEXT_LENGTH = 500
 
 def hash_feed_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _page(statement, row_class, limit: int | None, after: tuple[datetime, int] | None):
+    """Keyset paging over (start, id): stable while rows are added, unlike an offset."""
+    if after is not None:
+        start, row_id = as_utc(after[0]), after[1]
+        statement = statement.where(
+            or_(row_class.start > start, and_(row_class.start == start, row_class.id > row_id))
+        )
+    return statement if limit is None else statement.limit(limit)
 
 
 def _clock_time(when: datetime) -> str:
@@ -302,9 +312,14 @@ class BookingStore:
         state: BookingState | str | None = None,
         start: datetime | None = None,
         end: datetime | None = None,
+        limit: int | None = None,
+        after: tuple[datetime, int] | None = None,
     ) -> list[Booking]:
-        """Bookings by start time, optionally of one user, in one state, touching [start, end)."""
-        statement = select(BookingRow).order_by(BookingRow.start, BookingRow.id)
+        """Bookings by (start, id), optionally of one user, in one state, touching [start, end);
+        at most ``limit``, and only those after the (start, id) ``after`` (a page's last)."""
+        statement = _page(
+            select(BookingRow).order_by(BookingRow.start, BookingRow.id), BookingRow, limit, after
+        )
         if user is not None:
             statement = statement.where(BookingRow.user == user)
         if start is not None:
@@ -567,10 +582,21 @@ class BookingStore:
             return window, placing.maintenance_collisions(window, bookings)
 
     def list_maintenance(
-        self, pool: str | None = None, start: datetime | None = None, end: datetime | None = None
+        self,
+        pool: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        limit: int | None = None,
+        after: tuple[datetime, int] | None = None,
     ) -> list[MaintenanceWindow]:
-        statement = select(MaintenanceWindowRow).order_by(
-            MaintenanceWindowRow.start, MaintenanceWindowRow.id
+        """Windows by (start, id), paged like :meth:`list`."""
+        statement = _page(
+            select(MaintenanceWindowRow).order_by(
+                MaintenanceWindowRow.start, MaintenanceWindowRow.id
+            ),
+            MaintenanceWindowRow,
+            limit,
+            after,
         )
         if pool is not None:
             statement = statement.where(MaintenanceWindowRow.pool == pool)

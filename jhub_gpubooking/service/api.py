@@ -8,24 +8,58 @@ except the ``user`` field an *admin* may set when booking for someone else.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from ..core.errors import NotFound
 from ..core.model import BookingState, parse_amount
 from ..core.timegrid import ceil_to_grid, floor_to_grid, parse_time
-from .base import BaseHandler, refusal
+from ..db.store import MAX_TEXT_LENGTH
+from .base import BaseHandler, hub_user_model, refusal
 from .serialize import availability_json, booking_json, maintenance_json, pool_json
 
 #: How long a claim may wait for the Hub to say whether another server still runs.
 HUB_CHECK_TIMEOUT_SECONDS = 10
 #: Largest id any backend stores (32-bit signed integer columns); larger ids cannot exist.
 MAX_ROW_ID = 2**31 - 1
+
+
+def row_id(text: str) -> int | None:
+    """The id in a path (digits only, by the route), or None when no row can have it.
+
+    The length is checked first: Python refuses to convert thousands of digits at all.
+    """
+    if len(text) > len(str(MAX_ROW_ID)) or int(text) > MAX_ROW_ID:
+        return None
+    return int(text)
+
+
+#: Items one list request answers at most, and when it names no ``limit``.
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 100
+
+
+def encode_cursor(start: datetime, item_id: int) -> str:
+    """An opaque cursor naming the last item of a page: its (start, id), the list's order."""
+    return base64.urlsafe_b64encode(f"{start.isoformat()}|{item_id}".encode()).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        start_text, id_text = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        start, item_id = datetime.fromisoformat(start_text), row_id(id_text)
+        if start.tzinfo is None or item_id is None:
+            raise ValueError(cursor)
+        return start.astimezone(timezone.utc), item_id
+    except (ValueError, UnicodeError, binascii.Error, OverflowError):
+        raise refusal(400, "'cursor' must be the next_cursor of a previous answer.") from None
+
+
 #: Longest availability window one request may ask for (keeps responses small).
 MAX_AVAILABILITY_DAYS = 62
 
@@ -56,6 +90,26 @@ class APIHandler(BaseHandler):
             return default
         return parse_time(text, name)
 
+    def page_arguments(self) -> tuple[int, tuple[datetime, int] | None]:
+        """``limit`` (1 to MAX_PAGE_SIZE) and the decoded ``cursor`` of a list request."""
+        text = self.get_argument("limit", "") or str(DEFAULT_PAGE_SIZE)
+        if not (text.isascii() and text.isdigit() and len(text) <= 4) or not (
+            1 <= int(text) <= MAX_PAGE_SIZE
+        ):
+            raise refusal(400, f"'limit' must be a whole number from 1 to {MAX_PAGE_SIZE}.")
+        cursor = self.get_argument("cursor", "") or None
+        return int(text), decode_cursor(cursor) if cursor else None
+
+    async def list_page(self, list_function, **filters) -> tuple[list, str | None]:
+        """One page of ``list_function`` (a store method taking limit and after) and the cursor
+        of the next page, None on the last one."""
+        limit, after = self.page_arguments()
+        items = await self.run_in_executor(list_function, limit=limit + 1, after=after, **filters)
+        if len(items) <= limit:
+            return items, None
+        last = items[limit - 1]
+        return items[:limit], encode_cursor(last.start, last.id)
+
     def pool_or_404(self, name: str):
         pool = self.service.pool_objects.get(name)
         if pool is None:
@@ -66,9 +120,9 @@ class APIHandler(BaseHandler):
         """The booking if the caller may see it; 404 otherwise (others' bookings stay hidden)."""
         principal = self.require_principal()
         booking = None
-        if int(booking_id) <= MAX_ROW_ID:
+        if row_id(booking_id) is not None:
             try:
-                booking = await self.run_in_executor(self.store.get, int(booking_id))
+                booking = await self.run_in_executor(self.store.get, row_id(booking_id))
             except NotFound:
                 pass
         if booking is None or not (principal.may_act_for(booking.user) or principal.is_spawner):
@@ -118,14 +172,16 @@ class BookingsHandler(APIHandler):
         if state is not None and state not in {s.value for s in BookingState}:
             allowed = ", ".join(s.value for s in BookingState)
             raise refusal(400, f"'state' must be one of: {allowed}.")
-        bookings = await self.run_in_executor(
+        bookings, next_cursor = await self.list_page(
             self.store.list,
             user=user,
             state=BookingState(state) if state else None,
             start=self.time_argument("start"),
             end=self.time_argument("end"),
         )
-        self.write_json({"bookings": [self.booking_model(b) for b in bookings]})
+        self.write_json(
+            {"bookings": [self.booking_model(b) for b in bookings], "next_cursor": next_cursor}
+        )
 
     async def post(self) -> None:
         principal = self.require_principal()
@@ -138,8 +194,8 @@ class BookingsHandler(APIHandler):
         if not principal.may_act_for(user):
             raise refusal(403, "Only booking administrators may book for another user.")
         note = body.get("note", "")
-        if not isinstance(note, str) or len(note) > 500:
-            raise refusal(400, "'note' must be text of at most 500 characters.")
+        if not isinstance(note, str) or len(note) > MAX_TEXT_LENGTH:
+            raise refusal(400, f"'note' must be text of at most {MAX_TEXT_LENGTH} characters.")
         if not isinstance(body["pool"], str):
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         self.pool_or_404(body["pool"])
@@ -208,16 +264,8 @@ class ClaimHandler(APIHandler):
 
     async def hub_server_running(self, user: str, server: str) -> bool:
         """Ask the Hub whether ``user``'s ``server`` is still active (needs read:servers)."""
-        url = url_path_join(self.hub_auth.api_url, "users", url_escape_path(user))
-        try:
-            response = await AsyncHTTPClient().fetch(
-                url, headers={"Authorization": f"token {self.hub_auth.api_token}"}
-            )
-        except HTTPClientError as error:
-            if error.code == 404:
-                return False
-            raise
-        return server in (json.loads(response.body).get("servers") or {})
+        model = await hub_user_model(self.hub_auth.api_url, self.hub_auth.api_token, user)
+        return model is not None and server in (model.get("servers") or {})
 
     async def post(self, booking_id: str) -> None:
         server = self.server_name()
@@ -262,13 +310,15 @@ class MaintenanceListHandler(APIHandler):
     async def get(self) -> None:
         self.require_principal()
         pool = self.get_argument("pool", None) or None
-        windows = await self.run_in_executor(
+        windows, next_cursor = await self.list_page(
             self.store.list_maintenance,
             pool=pool,
             start=self.time_argument("start"),
             end=self.time_argument("end"),
         )
-        self.write_json([maintenance_json(w) for w in windows])
+        self.write_json(
+            {"windows": [maintenance_json(w) for w in windows], "next_cursor": next_cursor}
+        )
 
     async def post(self) -> None:
         principal = self.require_admin()
@@ -277,11 +327,13 @@ class MaintenanceListHandler(APIHandler):
         if pool is None:
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         node = body.get("node")
+        if node is not None and not isinstance(node, str):
+            raise refusal(400, "'node' must be the name of one node of the pool, or null.")
         if node is not None and node not in pool.nodes:
             raise refusal(400, f"Pool {pool.name} has no node named {node!r}.")
         reason = body.get("reason", "")
-        if not isinstance(reason, str) or len(reason) > 500:
-            raise refusal(400, "'reason' must be text of at most 500 characters.")
+        if not isinstance(reason, str) or len(reason) > MAX_TEXT_LENGTH:
+            raise refusal(400, f"'reason' must be text of at most {MAX_TEXT_LENGTH} characters.")
         window, colliding = await self.run_in_executor(
             self.store.add_maintenance,
             pool.name,
@@ -301,9 +353,9 @@ class MaintenanceHandler(APIHandler):
     async def delete(self, window_id: str) -> None:
         self.require_admin()
         try:
-            if int(window_id) > MAX_ROW_ID:
+            if row_id(window_id) is None:
                 raise NotFound("no such window")
-            await self.run_in_executor(self.store.delete_maintenance, int(window_id))
+            await self.run_in_executor(self.store.delete_maintenance, row_id(window_id))
         except NotFound:
             raise refusal(404, f"There is no maintenance window {window_id}.") from None
         self.set_status(204)

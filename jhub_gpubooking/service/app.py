@@ -33,6 +33,7 @@ from .._version import __version__
 from ..admission.integration import ClusterIntegration
 from ..core.clock import Clock, SystemClock
 from ..core.model import Pool
+from ..core.policy import SAFE_DEFAULT_POLICY
 from ..db.session import DEFAULT_DB_URL
 from ..db.stats import metrics_snapshot
 from .api import api_routes
@@ -44,6 +45,7 @@ from .metrics import ServiceMetrics
 from .monitoring import GPUMonitoring
 from .opportunistic import OpportunisticService, opportunistic_routes
 from .planning import PlanningOptions, planning_routes
+from .ratelimit import WriteRateLimiter
 
 #: Seconds between two attempts to open a database that is unavailable at start, and between
 #: two log lines about it.
@@ -90,6 +92,13 @@ class MetricsHandler(BaseHandler):
         service.metrics.refresh(counts, active, pool_sizes, now)
         self.set_header("Content-Type", service.metrics.content_type)
         self.finish(service.metrics.exposition())
+
+
+class UnknownPathHandler(BaseHandler):
+    """Paths no route matches (e.g. a booking id that is not a number) get a JSON 404 too."""
+
+    def prepare(self) -> None:
+        raise web.HTTPError(404, "There is no such page or API path.")
 
 
 def service_routes() -> list[tuple[str, type[web.RequestHandler]]]:
@@ -231,8 +240,12 @@ class GPUBookingService(
         "(name, nodes, slices_per_gpu, backend, display_name, ...).",
     ).tag(config=True)
     default_policy = Dict(
+        SAFE_DEFAULT_POLICY,
         help="Booking policy for everyone (keys of jhub_gpubooking.core.policy.Policy, e.g. "
-        "max_minutes, max_days_ahead, max_gpus, budget_gpu_hours); missing keys mean no limit."
+        "max_minutes, max_days_ahead, max_gpus, budget_gpu_hours); missing keys mean no limit. "
+        "The default allows bookings of at most a week (max_minutes 10080) starting at most 90 "
+        "days ahead (max_days_ahead 90); setting this option replaces the whole dict, so keep "
+        "these two keys unless you mean to lift them.",
     ).tag(config=True)
     group_policies = Dict(
         help="Per Hub group, policy keys overriding default_policy; a user in several groups gets "
@@ -244,6 +257,20 @@ class GPUBookingService(
     page_days = Integer(
         7, help="Days shown at once on the reservation page and by default in availability."
     ).tag(config=True)
+    page_list_size = Integer(
+        100,
+        help="Bookings and maintenance windows the reservation page loads at once into each of "
+        "its tables; a 'Show more' button loads the next ones (1 to the API's page maximum).",
+    ).tag(config=True)
+
+    @validate("page_list_size")
+    def _page_list_size_within_api_pages(self, proposal) -> int:
+        from .api import MAX_PAGE_SIZE
+
+        if not 1 <= proposal["value"] <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_list_size must be from 1 to {MAX_PAGE_SIZE}.")
+        return proposal["value"]
+
     page_title = Unicode("GPU bookings", help="Title of the reservation page.").tag(config=True)
     page_announcement = Unicode(
         "", help="Text shown at the top of the reservation page (e.g. maintenance notices)."
@@ -277,6 +304,29 @@ class GPUBookingService(
         True,
         help="Require an admin or a Hub service token for /metrics (like the Hub's own "
         "authenticate_prometheus).",
+    ).tag(config=True)
+    auth_cache_seconds = Integer(
+        10,
+        help="Seconds the service trusts the Hub's answer about a token or login cookie before "
+        "asking again (HubOAuth's cache_max_age, whose own default is 300). A revoked token, a "
+        "logout or a removal from an admin group takes effect within this time; every cache "
+        "miss costs one Hub API call.",
+    ).tag(config=True)
+
+    @validate("auth_cache_seconds")
+    def _auth_cache_within_bounds(self, proposal) -> int:
+        if not 0 <= proposal["value"] <= 300:
+            raise ValueError("auth_cache_seconds must be from 0 to 300 seconds.")
+        return proposal["value"]
+
+    write_rate_per_minute = Integer(
+        120,
+        help="Write requests (POST, PATCH, PUT, DELETE) each user or service may send per minute "
+        "on average; more are refused with 429 and Retry-After. 0 turns the limit off. The "
+        "Hub's spawner (spawner_services) is never limited.",
+    ).tag(config=True)
+    write_burst = Integer(
+        30, help="Write requests a user may send at once before write_rate_per_minute applies."
     ).tag(config=True)
     cookie_secret_file = Unicode(
         "",
@@ -387,6 +437,7 @@ class GPUBookingService(
             base_url=self.service_prefix,
             hub_prefix=self.hub_prefix,
             access_scopes={f"access:services!service={self.service_name}"},
+            cache_max_age=self.auth_cache_seconds,
         )
 
     def log_request(self, handler: web.RequestHandler) -> None:
@@ -429,6 +480,7 @@ class GPUBookingService(
             "clock": self.clock,
             "cookie_secret": self.read_cookie_secret(),
             "log_function": self.log_request,
+            "default_handler_class": UnknownPathHandler,
             # HubOAuth checks '_xsrf' on cookie-authenticated writes itself; tornado's own
             # xsrf_cookies would also reject token-authenticated API calls
             "xsrf_cookies": False,
@@ -441,6 +493,7 @@ class GPUBookingService(
         self.store = self.wait_for_database(self.open_store)
         self.setup_lifecycle()
         self.hub_auth = self.make_hub_auth()
+        self.write_limiter = WriteRateLimiter(self.write_rate_per_minute, self.write_burst)
         self.executor = ThreadPoolExecutor(
             self.executor_threads, thread_name_prefix="gpubooking-db"
         )

@@ -16,8 +16,9 @@ from http.client import responses
 from typing import Any, TypeVar
 
 from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
-from jupyterhub.utils import url_path_join
+from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from tornado.ioloop import IOLoop
 from tornado.log import app_log
 
@@ -26,13 +27,54 @@ from ..db.session import unavailable_reason
 
 T = TypeVar("T")
 
-#: Seconds a client is asked to wait (``Retry-After``) when the database cannot answer.
+#: Seconds a client is asked to wait (``Retry-After``) when the database or the Hub cannot
+#: answer.
 RETRY_AFTER_SECONDS = 5
+#: Seconds the service waits for the Hub's answer about a user.
+HUB_LOOKUP_TIMEOUT_SECONDS = 10
+#: Methods that change state and count against the per-user write limit.
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-def refusal(status: int, message: str) -> web.HTTPError:
-    """An HTTPError whose message is shown as-is (safe even if it contains '%')."""
-    return web.HTTPError(status, "%s", message)
+def refusal(status: int, message: str, retry_after: int | None = None) -> web.HTTPError:
+    """An HTTPError whose message is shown as-is (safe even if it contains '%').
+
+    ``retry_after`` (seconds) becomes a ``Retry-After`` header (429 and 503 answers).
+    """
+    error = web.HTTPError(status, "%s", message)
+    error.retry_after = retry_after
+    return error
+
+
+async def hub_user_model(api_url: str, token: str, user: str) -> dict | None:
+    """The Hub's model of ``user`` (groups, servers), None if the Hub has no such user.
+
+    Any other failure (the Hub down, slow or refusing) is a 503 the client may retry, never a
+    500: it says nothing about the request.
+    """
+    if user in (".", ".."):  # would address another API path once the URL is normalised
+        return None
+    url = url_path_join(api_url, "users", url_escape_path(user))
+    try:
+        response = await AsyncHTTPClient().fetch(
+            url,
+            headers={"Authorization": f"token {token}"},
+            request_timeout=HUB_LOOKUP_TIMEOUT_SECONDS,
+        )
+        model = json.loads(response.body)
+        # only the model of exactly this user counts (never a list or another path's answer)
+        return model if isinstance(model, dict) and model.get("name") == user else None
+    except HTTPClientError as error:
+        if error.code in (400, 404):  # the Hub refuses names it cannot have as 400
+            return None
+        reason = f"it answered {error.code}"
+    except (OSError, ValueError) as error:
+        reason = f"it could not be reached ({type(error).__name__})"
+    raise refusal(
+        503,
+        f"The Hub could not tell who {user} is right now ({reason}); try again shortly.",
+        retry_after=RETRY_AFTER_SECONDS,
+    )
 
 
 @dataclass(frozen=True)
@@ -119,6 +161,21 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         self._principal = principal_from_model(
             model, self.service.admin_groups, self.service.spawner_services
         )
+        self.limit_writes(self._principal)
+
+    def limit_writes(self, principal: Principal) -> None:
+        """429 with Retry-After when ``principal`` writes faster than the service allows."""
+        if self.request.method not in WRITE_METHODS or principal.is_spawner:
+            return
+        wait = self.service.write_limiter.acquire(f"{principal.kind}:{principal.name}")
+        if wait is not None:
+            raise refusal(
+                429,
+                f"Too many changes in a short time (at most {self.service.write_burst} at once, "
+                f"then {self.service.write_rate_per_minute} a minute); try again in {wait} "
+                "seconds.",
+                retry_after=wait,
+            )
 
     def check_hub_user(self, model: dict) -> dict:
         # our own spawner service(s) need no 'access:services' scope: the Hub vouched for them
@@ -175,6 +232,8 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             body = json.loads(self.request.body or b"null")
         except (ValueError, UnicodeDecodeError):
             raise web.HTTPError(400, "The request body is not valid JSON.") from None
+        except RecursionError:  # e.g. 100 000 nested '[': the parser gives up, we answer 400
+            raise web.HTTPError(400, "The request body is nested too deeply.") from None
         if not isinstance(body, dict):
             raise web.HTTPError(400, "The request body must be a JSON object.")
         allowed = set(allowed)
@@ -229,6 +288,9 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
                     message = message % format_args
         if not message:
             message = responses.get(status_code, "Unknown HTTP error")
+        retry_after = getattr(exc_info[1], "retry_after", None) if exc_info else None
+        if retry_after is not None:
+            self.set_header("Retry-After", str(retry_after))
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.finish(json.dumps({"status": status_code, "message": message}))
 

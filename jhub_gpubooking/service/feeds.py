@@ -2,13 +2,15 @@
 
 Two ways in: ``api/users/{user}/bookings.ics`` for a logged-in caller, and the secret feed
 ``feeds/{token}.ics`` for calendar apps that cannot log in: the token is the capability, so
-that handler skips Hub authentication entirely. Resetting the token (POST ``feed-token``)
-revokes old links.
+that handler skips Hub authentication entirely. Only POST ``feed-token`` mints a token
+(behind HubOAuth's XSRF check for cookie logins) and revokes any older link; GET only says
+whether a link exists, so a cross-site link or a page visit never burns the shown-once link.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
 from icalendar import Calendar, Event
 
@@ -18,6 +20,9 @@ from .api import APIHandler
 from .base import BaseHandler, refusal
 
 ICS_CONTENT_TYPE = "text/calendar; charset=utf-8"
+#: How far back a calendar reaches: calendar apps cannot page, and years of history would make
+#: every refresh heavier; bookings that ended earlier stay in the API and the reports.
+FEED_HISTORY_DAYS = 180
 
 
 def booking_event(booking: Booking, pool: Pool | None, uid_domain: str, page_url: str) -> Event:
@@ -64,7 +69,8 @@ def bookings_calendar(
 
 class CalendarMixin:
     async def write_calendar(self, user: str) -> None:
-        bookings = await self.run_in_executor(self.store.list, user=user)
+        since = self.clock.now() - timedelta(days=FEED_HISTORY_DAYS)
+        bookings = await self.run_in_executor(self.store.list, user=user, start=since)
         body = bookings_calendar(
             user,
             bookings,
@@ -102,16 +108,17 @@ class SecretFeedHandler(CalendarMixin, BaseHandler):
 
 class FeedTokenHandler(APIHandler):
     async def get(self, user: str) -> None:
-        await self.answer(user, reset=False)
+        """Whether ``user`` has a calendar link; the link itself exists only as a hash."""
+        self.require_acting_for(user)
+        exists = await self.run_in_executor(self.store.has_feed_token, user)
+        self.write_json({"user": user, "exists": exists})
 
     async def post(self, user: str) -> None:
+        """A new secret link, shown this once; an older link stops working."""
         if self.request.body:
-            self.json_body(allowed=())  # resetting takes no fields; refuse any sent
-        await self.answer(user, reset=True)
-
-    async def answer(self, user: str, reset: bool) -> None:
+            self.json_body(allowed=())  # minting takes no fields; refuse any sent
         self.require_acting_for(user)
-        token = await self.run_in_executor(self.store.feed_token, user, reset=reset)
+        token = await self.run_in_executor(self.store.feed_token, user, reset=True)
         self.write_json(
             {"user": user, "token": token, "url": self.public_service_url("feeds", f"{token}.ics")}
         )

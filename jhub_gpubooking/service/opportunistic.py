@@ -8,22 +8,16 @@ stops their servers through the Hub API; the user sees why in their notices.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Bool, HasTraits, Integer, Unicode
 
 from ..core.model import Booking, format_amount, parse_amount
 from ..core.timegrid import format_time
 from ..db.opportunistic import OpportunisticBookings
 from .api import APIHandler
-from .base import refusal
-
-#: Seconds the service waits for the Hub to tell a user's groups.
-HUB_GROUPS_TIMEOUT_SECONDS = 10
+from .base import hub_user_model, refusal
 
 
 class OpportunisticService(HasTraits):
@@ -69,19 +63,11 @@ class OpportunisticService(HasTraits):
         return booking
 
     async def hub_user_groups(self, user: str) -> tuple[str, ...]:
-        """The user's Hub groups (the group policy decides which pools they may use)."""
-        url = url_path_join(self.hub_api_url, "users", url_escape_path(user))
-        try:
-            response = await AsyncHTTPClient().fetch(
-                url,
-                headers={"Authorization": f"token {self.api_token}"},
-                request_timeout=HUB_GROUPS_TIMEOUT_SECONDS,
-            )
-        except HTTPClientError as error:
-            if error.code == 404:
-                raise refusal(404, f"The Hub has no user named {user!r}.") from None
-            raise
-        return tuple(json.loads(response.body).get("groups") or ())
+        """The user's Hub groups (group policies decide which pools they may use)."""
+        model = await hub_user_model(self.hub_api_url, self.api_token, user)
+        if model is None:
+            raise refusal(404, f"The Hub has no user named {user!r}.")
+        return tuple(model.get("groups") or ())
 
 
 class OpportunisticHandler(APIHandler):

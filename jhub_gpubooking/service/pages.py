@@ -8,6 +8,7 @@ fetches from ``api/`` so there is one source of truth for rules and refusals: th
 from __future__ import annotations
 
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,32 @@ def static_asset_url(service_prefix: str, filename: str) -> str:
     return f"{service_prefix}{ASSET_PATH}{filename}?v={version}"
 
 
+def page_security_headers(nonce: str) -> dict[str, str]:
+    """Headers that keep the page out of other sites' frames and run only its own scripts.
+
+    Scripts and styles come from this origin (the page's assets and the Hub's static files, both
+    behind the Hub's proxy); the one inline script, the import map, carries ``nonce``.
+    """
+    policy = {
+        "default-src": "'self'",
+        "script-src": f"'self' 'nonce-{nonce}'",
+        "style-src": "'self'",
+        "img-src": "'self' data:",
+        "connect-src": "'self'",
+        "object-src": "'none'",
+        "base-uri": "'none'",
+        "form-action": "'self'",
+        "frame-ancestors": "'none'",
+    }
+    return {
+        "Content-Security-Policy": "; ".join(f"{key} {value}" for key, value in policy.items()),
+        # for browsers older than CSP frame-ancestors
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "same-origin",
+    }
+
+
 def page_context(
     *,
     page_title: str,
@@ -51,13 +78,16 @@ def page_context(
     xsrf_token: str,
     slot_minutes: int,
     page_days: int,
+    list_limit: int,
     asset_urls: dict[str, str],
+    script_nonce: str,
 ) -> dict[str, Any]:
     """Everything the reservation template needs; every URL derives from the two prefixes."""
     hub_static = f"{hub_prefix}static/"
     return {
         "page_title": page_title,
         "announcement": announcement,
+        "script_nonce": script_nonce,
         "user_name": user_name,
         "is_admin": is_admin,
         "xsrf_token": xsrf_token,
@@ -84,6 +114,7 @@ def page_context(
             "isAdmin": is_admin,
             "slotMinutes": slot_minutes,
             "pageDays": page_days,
+            "listLimit": list_limit,
         },
     }
 
@@ -99,6 +130,7 @@ class ReservationPageHandler(BaseHandler):
     def get(self) -> None:
         service_prefix = self.settings["service_prefix"]
         service = self.settings["service"]
+        nonce = secrets.token_urlsafe(16)
         context = page_context(
             page_title=service.page_title,
             announcement=service.page_announcement,
@@ -110,8 +142,12 @@ class ReservationPageHandler(BaseHandler):
             xsrf_token=self.xsrf_token.decode("ascii"),
             slot_minutes=service.slot_minutes,
             page_days=service.page_days,
+            list_limit=service.page_list_size,
             asset_urls={name: static_asset_url(service_prefix, name) for name in PAGE_ASSETS},
+            script_nonce=nonce,
         )
+        for name, value in page_security_headers(nonce).items():
+            self.set_header(name, value)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
         self.finish(render_page(context))

@@ -7,11 +7,7 @@ transactions in :mod:`jhub_gpubooking.db.budgets` / :mod:`~.db.series`.
 
 from __future__ import annotations
 
-import json
-
-from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Dict, HasTraits, Integer, List, Unicode, validate
 
 from ..core.budgets import CHARGE_MODES, parse_group_budgets
@@ -21,7 +17,8 @@ from ..core.recurrence import REPEATS, occurrences
 from ..core.timegrid import parse_time
 from ..db.budgets import BudgetBook, budgets_of_user
 from ..db.series import SeriesRefused, cancel_series, create_series, get_series
-from .api import MAX_ROW_ID, APIHandler
+from ..db.store import MAX_TEXT_LENGTH
+from .api import APIHandler, row_id
 from .base import refusal
 
 
@@ -97,16 +94,7 @@ class BudgetHandler(APIHandler):
 
     async def hub_groups(self, user: str) -> tuple[str, ...]:
         """The groups the Hub knows ``user`` in (the service token needs read:users:groups)."""
-        url = url_path_join(self.hub_auth.api_url, "users", url_escape_path(user))
-        try:
-            response = await AsyncHTTPClient().fetch(
-                url, headers={"Authorization": f"token {self.hub_auth.api_token}"}
-            )
-        except HTTPClientError as error:
-            if error.code == 404:
-                raise refusal(404, f"The Hub has no user named {user!r}.") from None
-            raise
-        return tuple(json.loads(response.body).get("groups") or ())
+        return await self.service.hub_user_groups(user)
 
 
 class SeriesListHandler(APIHandler):
@@ -130,8 +118,8 @@ class SeriesListHandler(APIHandler):
                 "recurring series.",
             )
         note = body.get("note", "")
-        if not isinstance(note, str) or len(note) > 500:
-            raise refusal(400, "'note' must be text of at most 500 characters.")
+        if not isinstance(note, str) or len(note) > MAX_TEXT_LENGTH:
+            raise refusal(400, f"'note' must be text of at most {MAX_TEXT_LENGTH} characters.")
         if not isinstance(body["pool"], str):
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         self.pool_or_404(body["pool"])
@@ -189,9 +177,9 @@ class SeriesHandler(APIHandler):
         """The series if the caller may see it; 404 otherwise (others' series stay hidden)."""
         principal = self.require_principal()
         series = None
-        if int(series_id) <= MAX_ROW_ID:
+        if row_id(series_id) is not None:
             try:
-                series = await self.run_in_executor(get_series, self.store, int(series_id))
+                series = await self.run_in_executor(get_series, self.store, row_id(series_id))
             except NotFound:
                 pass
         if series is None or not principal.may_act_for(series.user):

@@ -173,12 +173,17 @@ def test_pool_wide_maintenance_refuses_everything(at):
 @pytest.mark.parametrize(
     "amount, message",
     [
-        ("0.3", ("Pool A100 shares each GPU in 4 slice(s); 0.3 GPU is not bookable here "
-                "(bookable: 0.25, 0.5, 0.75, 1, or a whole number of GPUs).")),
+        ("0.3", ("Pool A100 shares each GPU in 4 slice(s); 0.3 GPU is not bookable here; "
+                "the nearest bookable amounts are 0.25 and 0.5.")),
+        ("0.2501", ("Pool A100 shares each GPU in 4 slice(s); 0.2501 GPU is not bookable here; "
+                   "the nearest bookable amounts are 0.25 and 0.5.")),
+        ("0.01", ("Pool A100 shares each GPU in 4 slice(s); 0.01 GPU is not bookable here; "
+                 "the nearest bookable amount is 0.25.")),
         ("3", ("Pool A100 has at most 2 GPU(s) on one node; a booking of 3 GPUs cannot be "
               "placed on a single node.")),
         ("1.5", ("1.5 GPUs cannot be booked: more than one GPU must be a whole number "
-                "(a fraction always sits on a single GPU).")),
+                "(a fraction always sits on a single GPU); the nearest bookable amounts are "
+                "1 and 2.")),
     ],
 )
 def test_amounts_the_pool_cannot_give_are_invalid(at, amount, message):

@@ -24,7 +24,10 @@ from jhub_gpubooking.core.timegrid import (
 @pytest.mark.parametrize(
     "value, amount",
     [(2, 2), (0.25, Fraction(1, 4)), ("0.5", Fraction(1, 2)), (" 1/4 ", Fraction(1, 4)),
-     (0.1 + 0.2, Fraction(3, 10)), ("0.3333", Fraction(1, 3)), ("1e2", 100)],
+     (0.1 + 0.2, Fraction(3, 10)), (1 / 3, Fraction(1, 3)), ("0.3333333333333333", Fraction(1, 3)),
+     (1 / 7, Fraction(1, 7)), ("1e2", 100),
+     # a real difference is kept, never rounded onto a simple fraction (the pool refuses it)
+     ("0.3333", Fraction(3333, 10000)), (0.2501, Fraction(2501, 10000))],
 )
 def test_parse_amount_reads_numbers_people_write(value, amount):
     assert parse_amount(value) == amount
@@ -102,8 +105,12 @@ def test_parse_time_converts_offsets_to_utc():
                                 "+01:00): '2026-11-22T14:00:00'.")),
         ("tomorrow", ("'start' is not a valid ISO 8601 time: 'tomorrow' "
                      "(expected e.g. 2026-11-22T14:00:00Z).")),
-        ("0001-01-01T00:00:00+01:00", ("'start' is out of the supported range: "
-                                      "'0001-01-01T00:00:00+01:00'.")),
+        ("0001-01-01T00:00:00+01:00", ("'start' must be a time in the years 2000 to 2199 "
+                                      "(UTC), not '0001-01-01T00:00:00+01:00'.")),
+        ("9999-12-31T23:59:59Z", ("'start' must be a time in the years 2000 to 2199 (UTC), "
+                                 "not '9999-12-31T23:59:59Z'.")),
+        ("2200-01-01T00:00:00+00:00", ("'start' must be a time in the years 2000 to 2199 "
+                                      "(UTC), not '2200-01-01T00:00:00+00:00'.")),
     ],
 )
 def test_parse_time_refusals(text, message):

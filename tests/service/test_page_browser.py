@@ -3,6 +3,9 @@
 The browser runs in Europe/Berlin so the page's conversion between local inputs and the API's
 UTC times is exercised; each test books in its own window, so tests sharing the Hub never
 compete for capacity. Screenshots go to ``test-output/screenshots/`` for the docs.
+
+The page's Content-Security-Policy forbids eval, so ``wait_for_function`` gets functions
+(``"() => …"``): Playwright evals plain expression strings inside the page.
 """
 
 from __future__ import annotations
@@ -191,7 +194,7 @@ def test_user_books_a_share_and_sees_it_on_the_timeline_and_in_my_bookings(hub, 
     width_in_week = segment.bounding_box()["width"]
     page.select_option("#gb-range", "3")
     page.wait_for_function(
-        "!document.querySelector('.gb-axis').textContent.includes('"
+        "() => !document.querySelector('.gb-axis').textContent.includes('"
         + (start + timedelta(days=3)).strftime("%-d %b")
         + "')"
     )
@@ -244,7 +247,7 @@ def test_user_extends_by_a_slot_picks_a_new_end_and_cancels(hub, context):
 
     page.get_by_role("button", name=f"Extend booking {booking['id']} by 15 minutes").click()
     page.wait_for_function(
-        "document.querySelector('#gb-mine-feedback').textContent.includes('now ends')"
+        "() => document.querySelector('#gb-mine-feedback').textContent.includes('now ends')"
     )
     assert api_bookings(hub, "ada")[booking["id"]]["end"] == utc(end + timedelta(minutes=15))
 
@@ -258,7 +261,7 @@ def test_user_extends_by_a_slot_picks_a_new_end_and_cancels(hub, context):
 
     row.get_by_role("button", name=re.compile(f"^Cancel booking {booking['id']} ")).click()
     page.wait_for_function(
-        "document.querySelector('#gb-mine-feedback').textContent.includes('is cancelled')"
+        "() => document.querySelector('#gb-mine-feedback').textContent.includes('is cancelled')"
     )
     assert mine.inner_text() == f"Booking {booking['id']} is cancelled."
     assert api_bookings(hub, "ada")[booking["id"]]["state"] == "cancelled"
@@ -267,15 +270,24 @@ def test_user_extends_by_a_slot_picks_a_new_end_and_cancels(hub, context):
     assert "cancelled" in row.inner_text()
 
 
-def test_calendar_link_is_shown_once_and_can_be_reset(hub, context):
+def test_calendar_link_is_created_on_request_shown_once_and_can_be_reset(hub, context):
+    feed_state = hub.api(hub.user_token("bob")).get("api/users/bob/feed-token")
     page = open_page(context, hub, "bob")
+    create = page.locator("#gb-feed-create")
+    page.wait_for_function("() => document.querySelector('#gb-feed-create').textContent === 'Create link'")
+    # visiting the page created no link
+    assert feed_state.json() == {"user": "bob", "exists": False}
+    assert hub.api(hub.user_token("bob")).get("api/users/bob/feed-token").json()["exists"] is False
+    assert page.locator("#gb-feed-url").input_value() == ""
+    create.click()
+    page.wait_for_function("() => document.querySelector('#gb-feed-url').value.includes('/feeds/')")
     first_link = page.locator("#gb-feed-url").input_value()
     assert first_link.startswith(f"{hub.service_url}feeds/")
     page.reload()
-    page.wait_for_function("document.querySelector('#gb-feed-feedback').textContent.length > 0")
+    page.wait_for_function("() => document.querySelector('#gb-feed-create').textContent === 'Reset link'")
     assert page.locator("#gb-feed-url").input_value() == ""
-    page.click("#gb-feed-reset")
-    page.wait_for_function("document.querySelector('#gb-feed-url').value.includes('/feeds/')")
+    create.click()
+    page.wait_for_function("() => document.querySelector('#gb-feed-url').value.includes('/feeds/')")
     new_link = page.locator("#gb-feed-url").input_value()
     assert new_link != first_link
     with hub.api() as anonymous:
@@ -301,7 +313,7 @@ def test_admin_sees_all_bookings_and_blocks_a_node_for_maintenance(hub, context)
     collision = page.locator(f'#gb-collisions tr[data-booking-id="{bobs["id"]}"]')
     collision.wait_for()
     assert "overlap" in page.locator("#gb-admin-feedback").inner_text()
-    windows_now = hub.api(hub.user_token("carol")).get("api/maintenance").json()
+    windows_now = hub.api(hub.user_token("carol")).get("api/maintenance").json()["windows"]
     [created] = [w for w in windows_now if w["reason"] == "driver update"]
     assert (created["pool"], created["node"], created["end"]) == ("a100", node, utc(end))
     assert page.locator(f'#gb-maintenance-list tr[data-window-id="{created["id"]}"]').count() == 1
@@ -309,15 +321,15 @@ def test_admin_sees_all_bookings_and_blocks_a_node_for_maintenance(hub, context)
 
     collision.get_by_role("button", name=re.compile("^Force cancel")).click()
     page.wait_for_function(
-        "document.querySelector('#gb-admin-feedback').textContent.includes('is cancelled')"
+        "() => document.querySelector('#gb-admin-feedback').textContent.includes('is cancelled')"
     )
     assert api_bookings(hub, "bob")[bobs["id"]]["state"] == "cancelled"
 
     page.get_by_role("button", name=f"Delete maintenance window {created['id']}").click()
     page.wait_for_function(
-        "document.querySelector('#gb-admin-feedback').textContent.includes('is deleted')"
+        "() => document.querySelector('#gb-admin-feedback').textContent.includes('is deleted')"
     )
-    remaining = hub.api(hub.user_token("carol")).get("api/maintenance").json()
+    remaining = hub.api(hub.user_token("carol")).get("api/maintenance").json()["windows"]
     assert created["id"] not in [w["id"] for w in remaining]
 
 
@@ -362,7 +374,7 @@ def test_ending_booking_shows_a_notice_and_admins_see_holders_and_the_report(hub
     assert "ada" in users and users[-1] == "total"
     admin_page.select_option("#gb-report-by", "pool")
     admin_page.wait_for_function(
-        "document.querySelector('#gb-report-csv').href.includes('by=pool&format=csv')"
+        "() => document.querySelector('#gb-report-csv').href.includes('by=pool&format=csv')"
     )
     screenshot(admin_page, "admin-usage")
     admin_context.close()

@@ -38,7 +38,9 @@ def make_context(**overrides):
         "xsrf_token": "2|tok|en",
         "slot_minutes": 15,
         "page_days": 7,
+        "list_limit": 100,
         "asset_urls": ASSET_URLS,
+        "script_nonce": "n0nce",
     }
     arguments.update(overrides)
     return pages.page_context(**arguments)
@@ -55,6 +57,7 @@ class PageScan(HTMLParser):
         self.config_text = ""
         self.import_map_text = ""
         self.module_scripts: list[str] = []
+        self.inline_scripts: list[dict] = []
         self._inside: str | None = None
 
     def handle_starttag(self, tag, attrs):
@@ -66,6 +69,8 @@ class PageScan(HTMLParser):
             self.xsrf = attributes["content"]
         if tag == "script" and attributes.get("type") == "module":
             self.module_scripts.append(attributes["src"])
+        if tag == "script" and "src" not in attributes:
+            self.inline_scripts.append(attributes)
         if attributes.get("id") == "gpu-booking-config":
             self._inside = "config_text"
         elif attributes.get("type") == "importmap":
@@ -89,6 +94,7 @@ def test_page_context_builds_every_url_from_the_prefixes():
     assert make_context() == {
         "page_title": "GPU bookings",
         "announcement": "",
+        "script_nonce": "n0nce",
         "user_name": "ada",
         "is_admin": False,
         "xsrf_token": "2|tok|en",
@@ -116,8 +122,28 @@ def test_page_context_builds_every_url_from_the_prefixes():
             "isAdmin": False,
             "slotMinutes": 15,
             "pageDays": 7,
+            "listLimit": 100,
         },
     }
+
+
+def test_page_security_headers_deny_framing_and_foreign_scripts():
+    assert pages.page_security_headers("n0nce") == {
+        "Content-Security-Policy": (
+            "default-src 'self'; script-src 'self' 'nonce-n0nce'; style-src 'self'; "
+            "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+            "form-action 'self'; frame-ancestors 'none'"
+        ),
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "same-origin",
+    }
+
+
+def test_the_only_executed_inline_script_carries_the_nonce():
+    page = scan(pages.render_page(make_context()))
+    executed = [a for a in page.inline_scripts if a.get("type") != "application/json"]
+    assert executed == [{"type": "importmap", "nonce": "n0nce"}]
 
 
 def test_rendered_page_links_only_under_the_prefixes_and_carries_the_xsrf_token():
@@ -209,12 +235,20 @@ def test_page_served_through_the_hub_links_its_assets_and_its_xsrf_token_works(b
         assert response.status_code == 200
         assert response.headers["Content-Type"].startswith("text/html")
         page = scan(response.text)
+        # the headers name the nonce the page's import map carries; a fresh one per response
+        nonce = next(a["nonce"] for a in page.inline_scripts if a.get("type") == "importmap")
+        expected = pages.page_security_headers(nonce)
+        assert {name: response.headers.get(name) for name in expected} == expected
+        assert session.get(hub.service_url).headers["Content-Security-Policy"] != (
+            response.headers["Content-Security-Policy"]
+        )
         assert json.loads(page.config_text) == {
             "apiUrl": f"{hub.service_prefix}api/",
             "user": "ada",
             "isAdmin": False,
             "slotMinutes": 15,
             "pageDays": 7,
+            "listLimit": 100,
         }
         local_urls = [url for url in page.urls if not url.startswith("#")]
         assert all(url.startswith((hub.hub_prefix, hub.service_prefix)) for url in local_urls)

@@ -1,8 +1,12 @@
-"""Property-based run of every documented operation against the live service: never a 5xx.
+"""Property-based run of every documented operation against the live service: never a 5xx,
+and every refusal the service's JSON error shape.
 
 Schemathesis generates requests from ``openapi.yaml`` (valid and invalid bodies, odd path
-values, bad times) and sends them with an admin token, so the admin-only paths are exercised
-too. Bounded by ``MAX_EXAMPLES`` per operation to keep the run to a few minutes.
+values, bad times, page limits and cursors) and sends them with an admin token, so the
+admin-only paths are exercised too, and with a plain user's token, so the refusals of the
+authorization checks are. Bounded by ``MAX_EXAMPLES`` per operation to keep the run to a few
+minutes. The module's Hub turns the write rate limit off: the run sends far more writes than a
+person, and a 429 before validation would hide the bodies it means to try.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from pathlib import Path
 import pytest
 import schemathesis
 import yaml
+from hub_harness import start_booking_hub
 from hypothesis import HealthCheck, given, settings
 
 from jhub_gpubooking.service import app as service_app
@@ -28,9 +33,33 @@ def documented_operations() -> list[tuple[str, str]]:
     return [(path, method) for path, item in paths.items() for method in item if method in methods]
 
 
-def test_no_operation_answers_with_a_server_error(booking_hub):
+@pytest.fixture(scope="module")
+def fuzzed_hub(tmp_path_factory):
+    extra = "c.GPUBookingService.write_rate_per_minute = 0\n"
+    with start_booking_hub(
+        tmp_path_factory.mktemp("fuzzed-hub"), extra_service_config=extra
+    ) as hub:
+        yield hub
+
+
+def refusal_shape_problem(response) -> str | None:
+    """None if a 4xx answer is the service's JSON ``{"status", "message"}``, else what is off."""
+    try:
+        body = response.json()
+    except ValueError:
+        return "not JSON"
+    if not isinstance(body, dict) or set(body) != {"status", "message"}:
+        return f"not the error shape: {str(body)[:100]}"
+    if body["status"] != response.status_code or not body["message"]:
+        return "status or message missing"
+    return None
+
+
+@pytest.mark.parametrize("who", ["admin", "ada"])
+def test_no_operation_answers_with_a_server_error(fuzzed_hub, who):
+    booking_hub = fuzzed_hub
     schema = schemathesis.openapi.from_path(OPENAPI_PATH)
-    headers = {"Authorization": f"token {booking_hub.user_token('admin')}"}
+    headers = {"Authorization": f"token {booking_hub.user_token(who)}"}
     # the schema's server is the default prefix; the running Hub's service URL replaces it
     base_url = booking_hub.service_url.rstrip("/")
     server_errors: list[str] = []
@@ -48,10 +77,14 @@ def test_no_operation_answers_with_a_server_error(booking_hub):
         @given(case=operation.as_strategy())
         def exercise(case):
             response = case.call(base_url=base_url, headers=headers, timeout=30)
+            problem = None
             if response.status_code >= 500:
+                problem = response.text[:200]
+            elif response.status_code >= 400:
+                problem = refusal_shape_problem(response)
+            if problem:
                 server_errors.append(
-                    f"{case.method} {case.formatted_path} -> {response.status_code}: "
-                    f"{response.text[:200]}"
+                    f"{case.method} {case.formatted_path} -> {response.status_code}: {problem}"
                 )
 
         exercise()

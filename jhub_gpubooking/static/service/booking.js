@@ -4,14 +4,20 @@
 // refusal messages as they are, next to the control that caused them.
 
 import {
-  $, ACTIVE_STATES, ApiError, DAY_MS, HOUR_MS, SLOT_MS, amountChoices, api, byStart, config, el,
+  $, ACTIVE_STATES, DAY_MS, HOUR_MS, PagedList, SLOT_MS, amountChoices, api, byStart, config, el,
   floorSlot, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc, plural, snapInput,
   toLocalInput, toUtcIso,
 } from "./common.js";
 import { cancelSeriesButton, loadBudget, seriesBadge, seriesChoice, wireRepeatChoice } from "./planning.js";
 import { renderTimeline } from "./timeline.js";
 
-const page = { pools: [], poolsByName: new Map(), myBookings: [] };
+const page = {
+  pools: [], poolsByName: new Map(), myBookings: [],
+  // lists the API pages; the tables show what is loaded and offer the next page
+  mine: new PagedList("bookings", "bookings"),
+  all: new PagedList("bookings", "bookings"),
+  windows: new PagedList("maintenance", "windows"),
+};
 
 function showAlert(box, kind, message) {
   box.classList.remove("d-none", "alert-success", "alert-danger");
@@ -197,35 +203,55 @@ function renderBookingTable(container, bookings, options) {
       el("tbody", {}, bookings.map((booking) => bookingRow(booking, options))))));
 }
 
+// ---------------------------------------------------------------- paging of the tables
+
+/** How far back "Show ended and cancelled bookings" reaches (older ones: the calendar feed). */
+const PAST_DAYS = 30;
+
+/** The list filter of a table: bookings still running or ahead, or also the recent past. */
+function listWindow(showPast) {
+  return { start: toUtcIso(floorSlot(Date.now()) - (showPast ? PAST_DAYS * DAY_MS : 0)) };
+}
+
+/** A "Show more" button under a table while the API has further pages of its list. */
+function moreButton(list, label, render) {
+  if (!list.hasMore) return null;
+  return el("button", {
+    type: "button", class: "btn btn-sm btn-outline-secondary gb-more",
+    onclick: () => list.more().then(render).catch(showLoadError),
+  }, label);
+}
+
 async function loadMyBookings() {
-  const { bookings } = await api("GET", `bookings?user=${encodeURIComponent(config.user)}`);
-  page.myBookings = bookings.sort(byStart);
+  await page.mine.load({ user: config.user, ...listWindow($("gb-mine-show-past").checked) });
 }
 
 function renderMyBookings() {
   const showPast = $("gb-mine-show-past").checked;
+  page.myBookings = [...page.mine.items].sort(byStart);
   renderBookingTable($("gb-my-bookings"), page.myBookings.filter((b) => showPast || ACTIVE_STATES.has(b.state)), {
     showUser: false, cancelLabel: "Cancel", box: $("gb-mine-feedback"),
     caption: "My bookings", emptyText: "You have no upcoming or active bookings.",
   });
+  $("gb-my-bookings").append(moreButton(page.mine, "Show more of my bookings", renderMyBookings) ?? "");
 }
 
 // ---------------------------------------------------------------- calendar feed
 
-async function loadFeed(reset) {
-  const feed = await api(reset ? "POST" : "GET", `users/${encodeURIComponent(config.user)}/feed-token`);
-  $("gb-feed-url").value = new URL(feed.url, window.location.href).href;
+/** The service keeps only a hash of the link, so it shows a link once, when it is created
+ * (a POST, on the user's click): loading the page never creates or burns a link. */
+const feed = { exists: false };
+
+function showFeedState() {
+  $("gb-feed-create").textContent = feed.exists ? "Reset link" : "Create link";
+  $("gb-feed-url").placeholder = feed.exists
+    ? "Your link is shown only when created; reset it to get a new one"
+    : "No calendar link yet";
 }
 
-/** The service keeps only a hash of the link, so it can show it once; after that, say so. */
-async function showFeedOnce() {
-  try {
-    await loadFeed(false);
-  } catch (error) {
-    if (!(error instanceof ApiError && error.status === 409)) throw error;
-    $("gb-feed-url").placeholder = "Link hidden: reset it to get a new one";
-    $("gb-feed-feedback").textContent = error.message;
-  }
+async function loadFeedState() {
+  ({ exists: feed.exists } = await api("GET", `users/${encodeURIComponent(config.user)}/feed-token`));
+  showFeedState();
 }
 
 function wireFeed() {
@@ -239,11 +265,16 @@ function wireFeed() {
       status.textContent = "Copying is blocked here; the link is selected, copy it with Ctrl+C.";
     }
   });
-  $("gb-feed-reset").addEventListener("click", async () => {
-    if (!window.confirm("Reset the calendar link? Calendars subscribed to the old link stop updating.")) return;
+  $("gb-feed-create").addEventListener("click", async () => {
+    const reset = feed.exists;
+    if (reset && !window.confirm("Reset the calendar link? Calendars subscribed to the old link stop updating.")) return;
     try {
-      await loadFeed(true);
-      status.textContent = "New link created; the old one no longer works.";
+      const created = await api("POST", `users/${encodeURIComponent(config.user)}/feed-token`);
+      $("gb-feed-url").value = new URL(created.url, window.location.href).href;
+      feed.exists = true;
+      showFeedState();
+      status.textContent = reset ? "New link created; the old one no longer works."
+        : "Link created; copy it now, it is shown only this once.";
     } catch (error) {
       status.textContent = error.message;
     }
@@ -299,22 +330,34 @@ async function loadReport() {
 
 
 async function loadAdmin() {
-  const [{ bookings }, windows] = await Promise.all([api("GET", "bookings"), api("GET", "maintenance")]);
+  const since = listWindow($("gb-all-show-past").checked);
+  // maintenance windows still running or ahead; past ones no longer block anything
+  await Promise.all([page.all.load(since), page.windows.load(listWindow(false))]);
+  renderAllBookings();
+  renderMaintenance();
+}
+
+function renderAllBookings() {
   const showPast = $("gb-all-show-past").checked;
-  renderBookingTable($("gb-all-bookings"), bookings.sort(byStart).filter((b) => showPast || ACTIVE_STATES.has(b.state)), {
+  renderBookingTable($("gb-all-bookings"), [...page.all.items].sort(byStart).filter((b) => showPast || ACTIVE_STATES.has(b.state)), {
     showUser: true, cancelLabel: "Force cancel", box: $("gb-admin-feedback"),
     caption: "All bookings", emptyText: "No upcoming or active bookings.",
   });
-  renderMaintenance(windows);
+  $("gb-all-bookings").append(moreButton(page.all, "Show more bookings", renderAllBookings) ?? "");
 }
 
-function renderMaintenance(windows) {
+function renderMaintenance() {
+  renderMaintenanceTable(page.windows.items);
+  $("gb-maintenance-list").append(moreButton(page.windows, "Show more maintenance windows", renderMaintenance) ?? "");
+}
+
+function renderMaintenanceTable(windows) {
   const container = $("gb-maintenance-list");
   if (!windows.length) {
     container.replaceChildren(el("p", { class: "text-body-secondary" }, "No maintenance windows."));
     return;
   }
-  const rows = windows.sort(byStart).map((block) => el("tr", { dataset: { windowId: block.id } },
+  const rows = [...windows].sort(byStart).map((block) => el("tr", { dataset: { windowId: block.id } },
     el("td", {}, poolName(block.pool)),
     el("td", {}, block.node || "whole pool"),
     el("td", {}, formatSpan(parseUtc(block.start), parseUtc(block.end))),
@@ -408,7 +451,7 @@ async function start() {
   $("gb-booking-form").addEventListener("submit", submitBooking);
   wireRepeatChoice();
   fillRangeChoices();
-  $("gb-mine-show-past").addEventListener("change", renderMyBookings);
+  $("gb-mine-show-past").addEventListener("change", () => loadMyBookings().then(renderMyBookings).catch(showLoadError));
   wireFeed();
   if (config.isAdmin) {
     $("gb-mw-pool").replaceChildren(...poolOptions());
@@ -420,7 +463,7 @@ async function start() {
     $("gb-all-show-past").addEventListener("change", loadAdmin);
     $("gb-report-by").addEventListener("change", loadReport);
   }
-  await Promise.all([refresh(), showFeedOnce()]);
+  await Promise.all([refresh(), loadFeedState()]);
 }
 
 start().catch(showLoadError);

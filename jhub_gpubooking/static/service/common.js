@@ -53,6 +53,40 @@ export async function api(method, path, body) {
   return payload;
 }
 
+// ---------------------------------------------------------------- paged lists
+
+/** A list the API pages (`limit` + `cursor`): the items loaded so far and the next cursor. */
+export class PagedList {
+  constructor(path, key) {
+    this.path = path;
+    this.key = key;
+    this.items = [];
+    this.cursor = null;
+  }
+
+  /** Load the first page for these query parameters, forgetting earlier pages. */
+  async load(params) {
+    this.params = params;
+    this.items = [];
+    this.cursor = null;
+    await this.more();
+  }
+
+  /** Append the next page. */
+  async more() {
+    // the service's page_list_size, within the API's page maximum
+    const query = new URLSearchParams({ ...this.params, limit: String(config.listLimit) });
+    if (this.cursor) query.set("cursor", this.cursor);
+    const answer = await api("GET", `${this.path}?${query}`);
+    this.items.push(...answer[this.key]);
+    this.cursor = answer.next_cursor;
+  }
+
+  get hasMore() {
+    return this.cursor !== null && this.cursor !== undefined;
+  }
+}
+
 // ---------------------------------------------------------------- times
 
 const dateTimeFormat = new Intl.DateTimeFormat(undefined, {

@@ -1,0 +1,110 @@
+"""The reservation page's tables load one page of the API's paged lists at a time, and the page
+runs under its Content-Security-Policy without a single violation (real Hub, Chromium).
+
+The module's Hub sets ``page_list_size = 2`` so three bookings already need a second page.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from hub_harness import start_booking_hub
+from test_page_browser import (  # noqa: F401  (browser and context are fixtures)
+    PAGE_POOLS,
+    LocalWindows,
+    book_through_api,
+    browser,
+    context,
+    open_page,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+windows = LocalWindows()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    extra = "c.GPUBookingService.page_list_size = 2\n"
+    with start_booking_hub(
+        tmp_path_factory.mktemp("paging-hub"), pools=PAGE_POOLS, extra_service_config=extra
+    ) as running:
+        yield running
+
+
+def rows(page, table: str) -> list[int]:
+    return [
+        int(row.get_attribute("data-booking-id"))
+        for row in page.locator(f"#{table} tr[data-booking-id]").all()
+    ]
+
+
+def test_tables_show_a_page_at_a_time_and_show_more_loads_the_next(hub, context):  # noqa: F811
+    booked = [book_through_api(hub, "ada", "a100", 1, *windows.next())["id"] for _ in range(3)]
+    violations: list[str] = []
+    context.on(
+        "console",
+        lambda message: violations.append(message.text)
+        if "Content Security Policy" in message.text
+        else None,
+    )
+    page = open_page(context, hub, "ada")
+    page.wait_for_selector("#gb-my-bookings tr[data-booking-id]")
+    assert rows(page, "gb-my-bookings") == booked[:2]
+    more = page.locator("#gb-my-bookings button.gb-more")
+    assert more.inner_text() == "Show more of my bookings"
+    more.click()
+    page.wait_for_function(
+        "() => document.querySelectorAll('#gb-my-bookings tr[data-booking-id]').length === 3"
+    )
+    assert rows(page, "gb-my-bookings") == booked
+    assert page.locator("#gb-my-bookings button.gb-more").count() == 0  # the last page
+    assert violations == []
+
+
+def test_admin_table_pages_through_everyones_bookings(hub, context):  # noqa: F811
+    booked = [book_through_api(hub, "bob", "a100", 1, *windows.next())["id"] for _ in range(3)]
+    violations: list[str] = []
+    context.on(
+        "console",
+        lambda message: violations.append(message.text)
+        if "Content Security Policy" in message.text
+        else None,
+    )
+    admin = open_page(context, hub, "admin")
+    admin.wait_for_selector("#gb-all-bookings tr[data-booking-id]")
+    assert len(rows(admin, "gb-all-bookings")) == 2
+    # every booking from the first test and this one: 6 rows after two more pages
+    for shown in (4, 6):
+        admin.locator("#gb-all-bookings button.gb-more").click()
+        admin.wait_for_function(
+            "() => document.querySelectorAll('#gb-all-bookings tr[data-booking-id]').length"
+            f" === {shown}"
+        )
+    assert set(booked) <= set(rows(admin, "gb-all-bookings"))
+    assert admin.locator("#gb-all-bookings button.gb-more").count() == 0
+    assert violations == []
+
+
+def test_past_bookings_are_fetched_only_when_asked_for(hub, context):  # noqa: F811
+    start, end = windows.next()
+    booking = book_through_api(hub, "carol", "a100", 1, start, end)
+    cancelled = hub.api(hub.user_token("carol")).delete(f"api/bookings/{booking['id']}")
+    assert cancelled.status_code == 200
+    page = open_page(context, hub, "carol")
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    # the cancelled booking is hidden until the box is ticked
+    assert page.locator(f'#gb-my-bookings tr[data-booking-id="{booking["id"]}"]').count() == 0
+    page.check("#gb-mine-show-past")
+    row = page.locator(f'#gb-my-bookings tr[data-booking-id="{booking["id"]}"]')
+    row.wait_for()
+    assert "cancelled" in row.inner_text()
+    listed = [parse_qs(urlparse(url).query) for url in requests if "/api/bookings?" in url]
+    assert listed and all(query["limit"] == ["2"] for query in listed)
+    # ticking the box reaches 30 days back (older history: the calendar feed)
+    since = datetime.fromisoformat(listed[-1]["start"][0].replace("Z", "+00:00"))
+    now = datetime.now(timezone.utc)
+    assert now - timedelta(days=30, minutes=20) < since <= now - timedelta(days=30)
