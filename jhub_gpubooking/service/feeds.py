@@ -10,6 +10,7 @@ whether a link exists, so a cross-site link or a page visit never burns the show
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
 from icalendar import Calendar, Event
 
@@ -19,6 +20,9 @@ from .api import APIHandler
 from .base import BaseHandler, refusal
 
 ICS_CONTENT_TYPE = "text/calendar; charset=utf-8"
+#: How far back a calendar reaches: calendar apps cannot page, and years of history would make
+#: every refresh heavier; bookings that ended earlier stay in the API and the reports.
+FEED_HISTORY_DAYS = 180
 
 
 def booking_event(booking: Booking, pool: Pool | None, uid_domain: str, page_url: str) -> Event:
@@ -65,7 +69,8 @@ def bookings_calendar(
 
 class CalendarMixin:
     async def write_calendar(self, user: str) -> None:
-        bookings = await self.run_in_executor(self.store.list, user=user)
+        since = self.clock.now() - timedelta(days=FEED_HISTORY_DAYS)
+        bookings = await self.run_in_executor(self.store.list, user=user, start=since)
         body = bookings_calendar(
             user,
             bookings,

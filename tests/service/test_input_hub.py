@@ -227,3 +227,38 @@ def test_a_revoked_token_stops_working_within_the_auth_cache_age(hub):
         after = client.get("api/pools")
         assert after.status_code == 403, after.text
         assert "Authentication required" in json_refusal(after)["message"]
+
+
+def test_calendars_reach_back_half_a_year_only(hub):
+    from sqlalchemy import create_engine, update
+    from sqlalchemy.orm import Session
+
+    from jhub_gpubooking.db.models import BookingRow
+    from jhub_gpubooking.service.feeds import FEED_HISTORY_DAYS
+
+    ada = as_user(hub, "ada")
+    ids = []
+    for _ in range(2):
+        start, end = next_window()
+        response = ada.post("api/bookings", json={"pool": "a100", "gpus": 1, "start": start,
+                                                  "end": end, "note": "history"})
+        assert response.status_code == 201, response.text
+        ids.append(response.json()["id"])
+    # move them into the past, one just inside and one just outside the calendar's reach
+    now = floor_to_grid(datetime.now(timezone.utc), 15)
+    engine = create_engine(f"sqlite:///{hub.directory / 'bookings.sqlite'}")
+    with Session(engine) as session, session.begin():
+        for booking_id, days in zip(ids, (FEED_HISTORY_DAYS - 1, FEED_HISTORY_DAYS + 1)):
+            end = now - timedelta(days=days)
+            session.execute(
+                update(BookingRow)
+                .where(BookingRow.id == booking_id)
+                .values(start=end - timedelta(hours=1), end=end)
+            )
+    engine.dispose()
+    calendar = ada.get("api/users/ada/bookings.ics")
+    assert calendar.status_code == 200
+    assert f"booking-{ids[0]}@" in calendar.text and f"booking-{ids[1]}@" not in calendar.text
+    # the API still lists both
+    listed = ada.get("api/bookings", params={"user": "ada", "limit": 500}).json()["bookings"]
+    assert set(ids) <= {b["id"] for b in listed}
