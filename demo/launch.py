@@ -13,6 +13,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -20,6 +21,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from jhub_gpubooking.devcluster import KubeconfigAccess
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -31,14 +34,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+def _check_alive(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is not None:
+        raise RuntimeError(f"{proc.args[:3]} exited with status {proc.returncode} during start-up")
+
+
+def wait_for_file(path: Path, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Wait until ``path`` exists; fail early if ``proc`` died."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        _check_alive(proc)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} was not written within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def wait_for_http(url: str, timeout: float, proc: subprocess.Popen | None = None,
+                  context: ssl.SSLContext | None = None) -> None:
     """Poll ``url`` until it answers any HTTP status; fail early if ``proc`` died."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[:3]} exited with status {proc.returncode} during start-up")
+        _check_alive(proc)
         try:
-            urllib.request.urlopen(url, timeout=2).close()
+            urllib.request.urlopen(url, timeout=2, context=context).close()
             return
         except urllib.error.HTTPError as error:
             # 404/502/503 come from the proxy while the route is missing; anything else is the app
@@ -119,7 +137,8 @@ class Demo:
 
     @property
     def k8s_url(self) -> str:
-        return f"http://127.0.0.1:{self.k8s_port}"
+        """The simulated API, served over HTTPS with a CA made at every start (in the kubeconfig)."""
+        return f"https://127.0.0.1:{self.k8s_port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -156,6 +175,7 @@ class Demo:
         return open(self.log_dir / f"{name}.log", "ab")
 
     def start_cluster(self) -> None:
+        self.kubeconfig.unlink(missing_ok=True)  # the last run's CA and token are void
         self.cluster = subprocess.Popen(
             [
                 sys.executable, "-m", "jhub_gpubooking.devcluster",
@@ -168,7 +188,10 @@ class Demo:
             env=self.env(), stdout=self._output("cluster"), stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_die_with_parent,
         )
-        wait_for_http(self.k8s_url + "/version", 30, self.cluster)
+        # written once the API listens; it holds the CA that makes the server's certificate trusted
+        wait_for_file(self.kubeconfig, 30, self.cluster)
+        context = KubeconfigAccess.read(self.kubeconfig).ssl_context()
+        wait_for_http(self.k8s_url + "/version", 30, self.cluster, context=context)
 
     def start_hub(self) -> None:
         self.hub = subprocess.Popen(
@@ -180,7 +203,7 @@ class Demo:
         # the booking service starts with the Hub; the demo is usable once it answers
         wait_for_http(self.hub_url + "/services/gpu-booking/api/pools", 60, self.hub)
 
-    def start(self) -> "Demo":
+    def start(self) -> Demo:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.start_cluster()
@@ -198,7 +221,7 @@ class Demo:
         finally:
             _stop_process_group(self.cluster, timeout=30)
 
-    def __enter__(self) -> "Demo":
+    def __enter__(self) -> Demo:
         return self.start()
 
     def __exit__(self, *exc) -> None:

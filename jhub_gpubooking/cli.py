@@ -50,7 +50,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     widths = [
         max([len(header)] + [len(row[i]) for row in cells]) for i, header in enumerate(headers)
     ]
-    lines = [list(headers)] + cells
+    lines = [list(headers), *cells]
     return "\n".join(
         "  ".join(value.ljust(width) for value, width in zip(line, widths)).rstrip()
         for line in lines

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import pkgutil
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
-from typing import Any, Callable, Mapping, Union
+from typing import Any
 
 from .core.model import Booking, Placement, Pool, format_amount
 from .core.timegrid import as_utc, format_time
@@ -63,7 +64,7 @@ class GpuRequest:
     env: dict[str, str] = field(default_factory=dict)
 
 
-BackendFunc = Callable[[Pool, Fraction, Union[Placement, None]], GpuRequest]
+BackendFunc = Callable[[Pool, Fraction, Placement | None], GpuRequest]
 
 
 # --- amounts -----------------------------------------------------------------------------

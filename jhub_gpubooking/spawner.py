@@ -348,7 +348,7 @@ class GPUBookingSpawner(KubeSpawner):
             # KubeSpawner's own checks of profile_options (unlisted choices, regexes)
             self._validate_user_options(profiles)
         except ValueError as invalid:
-            raise booking_refusal(str(invalid), reason="invalid_options", status_code=400)
+            raise booking_refusal(str(invalid), reason="invalid_options", status_code=400) from invalid
         return self._get_profile(slug, profiles)
 
     async def _claim_booking(self, pool_name: str) -> tuple[Pool, Booking]:
@@ -359,7 +359,7 @@ class GPUBookingSpawner(KubeSpawner):
             self.log.error("GPU start of %s refused, service down: %s", self._log_name, error)
             raise booking_refusal(
                 SERVICE_UNAVAILABLE_MESSAGE, reason="gpu_booking_unavailable", status_code=503
-            )
+            ) from error
         pool = pools.get(pool_name)
         if pool is None:
             raise booking_refusal(
@@ -385,10 +385,10 @@ class GPUBookingSpawner(KubeSpawner):
                     SERVICE_UNAVAILABLE_MESSAGE,
                     reason="gpu_booking_unavailable",
                     status_code=503,
-                )
+                ) from error
             except BookingRefused as refused:
                 if refused.status != 409:
-                    raise booking_refusal(refused.message, reason="gpu_claim_refused")
+                    raise booking_refusal(refused.message, reason="gpu_claim_refused") from refused
                 first_conflict = first_conflict or (candidate, refused)
                 continue
             self._claimed_booking_id = claimed["id"]
@@ -446,7 +446,7 @@ class GPUBookingSpawner(KubeSpawner):
                     f"to use without one; book one at {self.booking_page_url} and start again."
                 )
             elif refused.status != 403:
-                raise booking_refusal(refused.message, reason="gpu_not_booked")
+                raise booking_refusal(refused.message, reason="gpu_not_booked") from refused
             self.log.info("No opportunistic grant for %s: %s", self._log_name, refused)
         raise booking_refusal(not_booked, reason="gpu_not_booked")
 

@@ -1,10 +1,13 @@
-"""Shared fixtures: a real JupyterHub with the booking service (see hub_harness.py)."""
+"""Shared fixtures: a real JupyterHub with the booking service (see hub_harness.py), the machine's
+kubectl; with ``CI=true`` a missing database, browser or kubectl fails its tests (see ci_skips.py)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 import pytest
+from ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 from hub_harness import RunningHub, new_postgres_database, postgres_reachable, start_booking_hub
 
 
@@ -24,6 +27,17 @@ def postgres_url() -> Iterator[str]:
         pytest.skip(reason)
     with new_postgres_database() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> str:
+    """The machine's kubectl, the real client that checks the simulated API (tests marked ``kubectl``)."""
+    path = shutil.which("kubectl")
+    if path is None:
+        reason = "kubectl is not on PATH"
+        print(reason)
+        pytest.skip(reason)
+    return path
 
 
 @pytest.fixture(scope="module")

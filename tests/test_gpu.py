@@ -567,7 +567,7 @@ def test_merge_does_not_change_its_input():
     before = {name: dict(value) if isinstance(value, dict) else value
               for name, value in PROFILE_TRAITS.items()}
     hami_settings().merged_into(PROFILE_TRAITS)
-    assert PROFILE_TRAITS == before
+    assert before == PROFILE_TRAITS
 
 
 def test_merge_into_empty_traits_is_the_settings_themselves():

@@ -180,7 +180,7 @@ async def test_manifest_is_a_valid_pod(case, version):
 
 @pytest.mark.parametrize("case", CASES)
 async def test_manifest_carries_exactly_the_booked_share(case):
-    backend, amount, gpus, share = CASES[case]
+    backend, amount, _gpus, share = CASES[case]
     manifest = await booked_manifest(case)
     spec = manifest["spec"]
     (notebook,) = spec["containers"]

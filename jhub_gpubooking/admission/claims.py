@@ -52,12 +52,14 @@ class PodFacts:
 
 def decide_claim(booking: Booking, claimed_at: datetime, pod: PodFacts | None, now: datetime,
                  grace: timedelta) -> ClaimAction | None:
-    """What to do about ``booking``'s pod claim at ``now`` (``pod`` None: no such pod)."""
+    """What to do about ``booking``'s pod claim at ``now`` (``pod`` None: no such pod).
+
+    A cancelled booking is over at once: its pod is deleted without the end's grace."""
     if pod is None:
         return ClaimAction.RELEASE if now - claimed_at >= POD_CREATE_WINDOW else None
     if pod.finished:
         return ClaimAction.RELEASE
-    if now >= booking.end + grace:
+    if booking.status == "cancelled" or now >= booking.end + grace:
         return ClaimAction.DELETE_POD
     return None
 

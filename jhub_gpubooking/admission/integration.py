@@ -88,10 +88,10 @@ class ClusterIntegration(HasTraits):
         "webhook_client_ca_file); empty: any certificate the CA signed.",
     ).tag(config=True)
     webhook_max_concurrent_reviews = Integer(
-        4,
-        help="Reviews of GPU pods that may read the database at once; others wait up to 3 "
-        "seconds and are then refused with 'try again', so a flood of reviews cannot take the "
-        "REST API's executor.",
+        2,
+        help="Reviews of GPU pods that may read the database at once (on the service's executor, "
+        "so keep it below executor_threads); others wait up to 3 seconds and are then refused "
+        "with 'try again', so a flood of reviews cannot take the REST API's executor.",
     ).tag(config=True)
 
     webhook_deadline_grace_seconds = Integer(

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 GroupMembers = Callable[[str], Awaitable[set[str]]]
 #: Reviews that may read the database at once (webhook_max_concurrent_reviews).
-DEFAULT_REVIEW_SLOTS = 4
+DEFAULT_REVIEW_SLOTS = 2
 
 
 def hub_group_members(hub_api_url: str, api_token: str, timeout: float = 5.0) -> GroupMembers:

@@ -297,7 +297,12 @@ def _migrate(url: str, run) -> str | None:
     # several service processes starting with upgrade_db: one migrates, the others then find
     # the schema at head and have nothing to do
     lock = DatabaseLock(engine, "jhub_gpubooking.migrations")
-    if not lock.wait(MIGRATION_LOCK_WAIT_SECONDS):
+    try:
+        locked = lock.wait(MIGRATION_LOCK_WAIT_SECONDS)
+    except BaseException:  # the database cannot be reached
+        engine.dispose()
+        raise
+    if not locked:
         engine.dispose()
         raise MigrationError(
             f"Another process has been migrating {display_url(url)} for "

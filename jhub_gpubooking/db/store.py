@@ -367,12 +367,12 @@ class BookingStore:
             return [booking_from_row(row) for row in session.scalars(statement)]
 
     def held_by_prefix(self, prefix: str) -> list[tuple[Booking, datetime]]:
-        """Booked (not cancelled) bookings whose holder name starts with ``prefix``, with the
-        time each was claimed: the admission webhook's ``pod:`` claims, for its reconcile."""
+        """Bookings (cancelled ones too: their holder may still run) whose holder name starts
+        with ``prefix``, with the time each was claimed: the admission webhook's ``pod:``
+        claims, for its reconcile."""
         statement = (
             select(BookingRow)
-            .where(BookingRow.status == "booked",
-                   BookingRow.server.startswith(prefix, autoescape=True))
+            .where(BookingRow.server.startswith(prefix, autoescape=True))
             .order_by(BookingRow.id)
         )
         with self._transaction() as session:

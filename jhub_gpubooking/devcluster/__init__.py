@@ -14,13 +14,14 @@ except ImportError as error:
         f"The simulated cluster needs {error.name}: pip install 'jhub-gpubooking[devcluster]'."
     ) from error
 
-from .cluster import DevCluster, kubeconfig, load_nodes_file, write_kubeconfig
+from .cluster import DevCluster, KubeconfigAccess, kubeconfig, load_nodes_file, write_kubeconfig
 from .errors import ApiError
 from .scheduler import gpu_node, node_from_config, node_manifest
 
 __all__ = [
     "ApiError",
     "DevCluster",
+    "KubeconfigAccess",
     "gpu_node",
     "kubeconfig",
     "load_nodes_file",

@@ -1,13 +1,18 @@
 """Tornado handlers speaking the core/v1 REST paths that kubernetes_asyncio (KubeSpawner 7) calls.
 
 This is a *contract test of the Kubernetes API calls KubeSpawner makes*, not a cluster: JSON only,
-no protobuf, no server-side apply, no API groups beyond discovery stubs.
+no protobuf, no server-side apply, no API groups beyond discovery stubs. For kubectl (``get``,
+``describe``, ``get events``) it also serves legacy discovery (``/api``, ``/apis``, ``/api/v1``; kubectl
+falls back to it from aggregated discovery, as with servers before 1.26) and Tables for ``get``
+(see ``tables``), and a pod's log (``kubectl logs``; no ``follow``). ``/openapi/*`` is not served: none of
+those commands needs it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import jsonpatch
@@ -17,14 +22,18 @@ from tornado.iostream import StreamClosedError
 from .admission import run_webhooks
 from .errors import ApiError
 from .selectors import make_filter
-from .store import RESOURCES
+from .store import RESOURCES, SIMULATED_VERSION
+from .tables import INCLUDE_OBJECT, requested_table_version, to_table
 
 if TYPE_CHECKING:
     from .cluster import DevCluster
 
-KUBERNETES_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-devcluster", "gitCommit": "",
+KUBERNETES_VERSION = {"major": "1", "minor": "31", "gitVersion": SIMULATED_VERSION, "gitCommit": "",
                       "gitTreeState": "clean", "buildDate": "", "goVersion": "", "compiler": "gc",
                       "platform": "linux/amd64"}
+# kubectl's abbreviations, as the real API server's discovery lists them
+SHORT_NAMES = {"pods": ["po"], "events": ["ev"], "persistentvolumeclaims": ["pvc"], "services": ["svc"],
+               "configmaps": ["cm"], "namespaces": ["ns"], "nodes": ["no"]}
 DEFAULT_WATCH_SECONDS = 1800  # what a real API server caps an open-ended watch at (min-request-timeout)
 _END_OF_WATCH = object()
 
@@ -102,8 +111,17 @@ class DiscoveryHandler(KubeHandler):
             self.write_json({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
         else:
             verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
-            resources = [{"name": plural, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
-                          "verbs": verbs} for plural, (kind, namespaced) in RESOURCES.items()]
+            resources = []
+            for plural, (kind, namespaced) in RESOURCES.items():
+                entry = {"name": plural, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
+                         "verbs": verbs}
+                if plural in SHORT_NAMES:
+                    entry["shortNames"] = SHORT_NAMES[plural]
+                if plural in ("pods", "services"):
+                    entry["categories"] = ["all"]  # what `kubectl get all` lists
+                resources.append(entry)
+            resources.append({"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod",
+                              "verbs": ["get"]})
             self.write_json({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
                              "resources": resources})
 
@@ -130,8 +148,13 @@ class ResourceHandler(KubeHandler):
 
     async def get(self, namespace: str | None, resource: str, name: str | None = None) -> None:
         namespace, resource, name = self._scope(namespace, resource, name)
+        table_version = requested_table_version(self.request.headers.get("Accept"))
         if name is not None:
-            self.write_json(self.store.get(resource, namespace, name))
+            obj = self.store.get(resource, namespace, name)
+            if table_version:
+                self.write_table(resource, [obj], obj["metadata"]["resourceVersion"], table_version)
+            else:
+                self.write_json(obj)
             return
         matches = make_filter(resource, self.get_query_argument("labelSelector", None),
                               self.get_query_argument("fieldSelector", None))
@@ -139,8 +162,19 @@ class ResourceHandler(KubeHandler):
             await self._watch(resource, namespace, matches)
             return
         items, resource_version = self.store.list(resource, namespace, matches)
+        if table_version:
+            self.write_table(resource, items, resource_version, table_version)
+            return
         self.write_json({"kind": f"{RESOURCES[resource][0]}List", "apiVersion": "v1",
                          "metadata": {"resourceVersion": str(resource_version)}, "items": items})
+
+    def write_table(self, resource: str, objects: list[dict], resource_version, version: str) -> None:
+        """What ``kubectl get`` prints: a meta.k8s.io Table instead of the objects."""
+        include_object = self.get_query_argument("includeObject", "Metadata")
+        if include_object not in INCLUDE_OBJECT:
+            raise ApiError.bad_request(f"includeObject must be one of {', '.join(INCLUDE_OBJECT)}")
+        self.write_json(to_table(resource, objects, resource_version, datetime.now(timezone.utc),
+                                 version=version, include_object=include_object))
 
     async def post(self, namespace: str | None, resource: str, name: str | None = None) -> None:
         namespace, resource, name = self._scope(namespace, resource, name)
@@ -248,11 +282,40 @@ class ResourceHandler(KubeHandler):
             watcher.queue.put_nowait(_END_OF_WATCH)
 
 
+class PodLogHandler(KubeHandler):
+    """``GET /api/v1/namespaces/{ns}/pods/{name}/log``: what the container wrote, as plain text.
+
+    ``container`` (the pod's only running container) and ``tailLines`` are honoured; ``follow`` is
+    not (the answer is the log so far)."""
+
+    def get(self, namespace: str, name: str) -> None:
+        pod = self.cluster.store.get("pods", namespace, name)
+        container = pod["spec"]["containers"][0]["name"]
+        asked = self.get_query_argument("container", container)
+        if asked != container:
+            raise ApiError.bad_request(f"container {asked} is not valid for pod {name}")
+        path = self.cluster.kubelet.log_path(pod)
+        if not path.exists():
+            raise ApiError.bad_request(f'container "{container}" in pod "{name}" is waiting to start: '
+                                       "ContainerCreating")
+        text = path.read_bytes()
+        tail = self.get_query_argument("tailLines", None)
+        if tail is not None:
+            try:
+                lines = int(tail)
+            except ValueError as error:
+                raise ApiError.bad_request(f"tailLines must be a number, not {tail!r}") from error
+            text = b"".join(text.splitlines(keepends=True)[-lines:]) if lines > 0 else b""
+        self.set_header("Content-Type", "text/plain")
+        self.finish(text)
+
+
 def make_app(cluster: DevCluster) -> web.Application:
     args = {"cluster": cluster}
     return web.Application([
         (r"/version/?", VersionHandler, args),
         (r"(/api|/apis|/api/v1)/?", DiscoveryHandler, args),
+        (r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log/?", PodLogHandler, args),
         (r"/api/v1/namespaces/([^/]+)/([^/]+)/([^/]+)/?", ResourceHandler, args),
         (r"/api/v1/namespaces/([^/]+)/([^/]+)/?", ResourceHandler, args),
         (r"/api/v1/()([^/]+)/([^/]+)/?", ResourceHandler, args),

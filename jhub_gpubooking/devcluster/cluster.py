@@ -1,16 +1,22 @@
 """``DevCluster``: the simulated API server, scheduler and kubelet in one process, plus kubeconfig output.
 
 This is a *contract test of the Kubernetes API calls KubeSpawner makes*, not a cluster. Objects live in
-memory; the state directory holds only the pods' working directories and logs.
+memory; the state directory holds only the pods' working directories and logs, and the TLS pair the API
+is served with (a CA generated at every start, handed to clients in the kubeconfig).
 """
 
 from __future__ import annotations
 
+import base64
+import os
 import secrets
 import socket
+import ssl
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from kubernetes_asyncio import client
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
@@ -20,16 +26,21 @@ from .kubelet import Kubelet
 from .scheduler import DEFAULT_SCHEDULER, TERMINAL_PHASES, Scheduler, admit_pod
 from .selectors import make_filter
 from .store import RESOURCES, Change, ObjectStore
+from .tls import issue_certificate
 
 _EVERYTHING = make_filter("pods", None, None)
 
 
-def kubeconfig(server_url: str, token: str, namespace: str = "default", name: str = "devcluster") -> dict:
-    """An ordinary kubeconfig: one plain-http cluster, one token user, one context."""
+def kubeconfig(server_url: str, token: str, namespace: str = "default", name: str = "devcluster",
+               ca_pem: bytes | None = None) -> dict:
+    """An ordinary kubeconfig: one cluster (trusting ``ca_pem`` when given), one token user, one context."""
+    cluster = {"server": server_url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": server_url}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": f"{name}-admin", "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin",
                                                 "namespace": namespace}}],
@@ -38,13 +49,54 @@ def kubeconfig(server_url: str, token: str, namespace: str = "default", name: st
     }
 
 
-def write_kubeconfig(path: str | Path, server_url: str, token: str = "", namespace: str = "default") -> Path:
-    """Write a kubeconfig that ``KUBECONFIG=path`` makes kubectl and KubeSpawner's ``load_config()`` use."""
+def write_kubeconfig(path: str | Path, server_url: str, token: str = "", namespace: str = "default",
+                     ca_pem: bytes | None = None) -> Path:
+    """Write a kubeconfig that ``KUBECONFIG=path`` makes kubectl and KubeSpawner's ``load_config()`` use.
+
+    The file appears whole (written aside, then renamed), so a process waiting for it never reads half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(kubeconfig(server_url, token, namespace), sort_keys=False))
-    path.chmod(0o600)  # it holds a token
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    partial.touch(mode=0o600)  # it holds a token
+    partial.write_text(yaml.safe_dump(kubeconfig(server_url, token, namespace, ca_pem=ca_pem), sort_keys=False))
+    os.replace(partial, path)
     return path
+
+
+def trusting(ca_pem: bytes | None) -> ssl.SSLContext:
+    """A client SSL context that trusts exactly ``ca_pem`` (the system's CAs when it is None)."""
+    if ca_pem is None:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cadata=ca_pem.decode())
+
+
+@dataclass(frozen=True)
+class KubeconfigAccess:
+    """What a client needs from a devcluster kubeconfig: the server URL, the token and the CA."""
+
+    server: str
+    token: str
+    ca_pem: bytes | None
+
+    @classmethod
+    def read(cls, path: str | Path) -> KubeconfigAccess:
+        """The current context's cluster and user of the kubeconfig at ``path``."""
+        config = yaml.safe_load(Path(path).read_text())
+        context = next(entry["context"] for entry in config["contexts"]
+                       if entry["name"] == config["current-context"])
+        cluster = next(entry["cluster"] for entry in config["clusters"] if entry["name"] == context["cluster"])
+        user = next(entry["user"] for entry in config["users"] if entry["name"] == context["user"])
+        ca_data = cluster.get("certificate-authority-data")
+        return cls(cluster["server"], user.get("token", ""), base64.b64decode(ca_data) if ca_data else None)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context that trusts exactly the kubeconfig's CA (the system's CAs when it has none)."""
+        return trusting(self.ca_pem)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
 
 def load_nodes_file(path: str | Path) -> list[dict]:
@@ -54,12 +106,17 @@ def load_nodes_file(path: str | Path) -> list[dict]:
 
 
 class DevCluster:
-    """Serve the simulated Kubernetes API on 127.0.0.1 with a scheduler and a process-running kubelet.
+    """Serve the simulated Kubernetes API over HTTPS on 127.0.0.1 with a scheduler and a process-running kubelet.
 
     ``nodes`` are v1 Node manifests (see ``scheduler.gpu_node`` / ``scheduler.node_from_config``).
     Use ``async with DevCluster(...) as cluster`` or ``await start()`` / ``await stop()``.
     Images are never pulled: a container with neither ``command`` nor ``args`` runs ``image_cmd``
     (standing in for the image's CMD, ``jupyterhub-singleuser`` as in the JupyterHub images).
+
+    Every start generates a new CA and a server certificate for ``host`` (and ``localhost``); clients
+    trust the CA through the kubeconfig's ``certificate-authority-data`` (``write_kubeconfig``), or
+    ``ca_file`` / ``client_ssl_context()`` in tests. client-go sends no bearer token over plain HTTP,
+    so HTTPS is what lets kubectl use the same kubeconfig as KubeSpawner.
     """
 
     def __init__(self, state_dir: str | Path, nodes: list[dict] = (), port: int = 0, host: str = "127.0.0.1",
@@ -85,12 +142,40 @@ class DevCluster:
         self.kubelet: Kubelet | None = None
         self._server: HTTPServer | None = None
         self.port: int | None = None
+        self.ca_pem: bytes | None = None
 
     @property
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("the devcluster is not started")
-        return f"http://{self.host}:{self.port}"
+        return f"https://{self.host}:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The PEM file of this start's CA (what the kubeconfig embeds)."""
+        return self.state_dir / "tls" / "ca.pem"
+
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """An SSL context for clients of this devcluster: trusts its CA and nothing else."""
+        if self.ca_pem is None:
+            raise RuntimeError("the devcluster is not started")
+        return trusting(self.ca_pem)
+
+    def client_configuration(self) -> client.Configuration:
+        """A kubernetes_asyncio ``Configuration`` with what the kubeconfig holds: URL, token and CA."""
+        configuration = client.Configuration(host=self.url, api_key={"BearerToken": self.token},
+                                             api_key_prefix={"BearerToken": "Bearer"})
+        configuration.ssl_ca_cert = str(self.ca_file)
+        return configuration
+
+    def _server_ssl_context(self) -> ssl.SSLContext:
+        hosts = tuple(dict.fromkeys((self.host, "127.0.0.1", "localhost")))
+        certificates = issue_certificate("devcluster", hosts)
+        _ca, cert_file, key_file = certificates.write(self.state_dir / "tls")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert_file, key_file)
+        self.ca_pem = certificates.ca_pem
+        return context
 
     async def start(self) -> DevCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +190,8 @@ class DevCluster:
             self.store.create("nodes", None, node)
         sockets = bind_sockets(self.requested_port, self.host, family=socket.AF_INET)
         self.port = sockets[0].getsockname()[1]
-        self._server = HTTPServer(make_app(self), idle_connection_timeout=3600)
+        self._server = HTTPServer(make_app(self), idle_connection_timeout=3600,
+                                  ssl_options=self._server_ssl_context())
         self._server.add_sockets(sockets)
         return self
 
@@ -120,14 +206,14 @@ class DevCluster:
         if self.kubelet is not None:
             await self.kubelet.shutdown()
 
-    async def __aenter__(self) -> DevCluster:  # noqa: PYI034 (typing.Self needs Python 3.11)
+    async def __aenter__(self) -> DevCluster:
         return await self.start()
 
     async def __aexit__(self, *exc_info) -> None:
         await self.stop()
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
-        return write_kubeconfig(path, self.url, self.token, namespace)
+        return write_kubeconfig(path, self.url, self.token, namespace, ca_pem=self.ca_pem)
 
     # -- deletion semantics shared by the API and the garbage collector -----------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
+import fcntl
 import ipaddress
 import logging
 import os
@@ -19,6 +20,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -112,6 +114,47 @@ def _port_free(ip: str, port: int) -> bool:
     return True
 
 
+class IpLeases:
+    """Pod IPs leased machine-wide: one lock file per address, ``flock``-ed while a pod uses it.
+
+    Every devcluster on the machine (parallel test runs, the demo) shares 127.0.0.0/16; probing that a
+    port is free leaves a window until the container binds it, so two kubelets could hand out the same
+    address. The lock closes that window and goes with the process, however it ends."""
+
+    def __init__(self, directory: Path | None = None):
+        self.directory = directory or Path(tempfile.gettempdir()) / "jhub-gpubooking-devcluster-ips"
+        self._held: dict[str, int] = {}
+
+    def __contains__(self, ip: str) -> bool:
+        return ip in self._held
+
+    def acquire(self, ip: str) -> bool:
+        """Lease ``ip`` unless this or another kubelet holds it."""
+        if not self.directory.is_dir():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.directory.chmod(0o1777)  # shared by every user's devclusters, like /tmp
+        try:
+            fd = os.open(self.directory / f"{ip}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._held[ip] = fd  # not inherited by pod processes (PEP 446)
+        return True
+
+    def release(self, ip: str | None) -> None:
+        fd = self._held.pop(ip, None) if ip else None
+        if fd is not None:
+            os.close(fd)
+
+    def release_all(self) -> None:
+        for ip in list(self._held):
+            self.release(ip)
+
+
 class Kubelet:
     """Runs, probes and kills the processes of every pod bound to a node."""
 
@@ -125,7 +168,7 @@ class Kubelet:
         self.max_grace_seconds = max_grace_seconds
         self.probe_interval = probe_interval
         self._running: dict[str, RunningPod] = {}
-        self._ips_in_use: set[str] = set()
+        self.ip_leases = IpLeases()
         store.add_listener(self._on_change)
         atexit.register(self.kill_all_now)
 
@@ -176,7 +219,7 @@ class Kubelet:
             record_event(self.store, pod, "Pulled",
                          f'Container image "{container.get("image", "")}" already present on machine')
             record_event(self.store, pod, "Created", f"Created container {container['name']}")
-            with open(workdir / "container.log", "ab") as log_file:  # noqa: ASYNC230 (local, once per pod)
+            with open(self.log_path(pod), "ab") as log_file:
                 running.process = await asyncio.create_subprocess_exec(
                     *argv, cwd=workdir, env=env, stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
@@ -194,7 +237,7 @@ class Kubelet:
         self._spawn(running, self._probe_readiness(running, ports))
         exit_code = await running.process.wait()
         self._kill_group(running, signal.SIGKILL)  # children left in the group die with the container
-        self._ips_in_use.discard(running.pod_ip)
+        self.ip_leases.release(running.pod_ip)
         if running.deleting:
             self._running.pop(uid, None)
             self._remove(pod["metadata"])
@@ -208,19 +251,32 @@ class Kubelet:
         reused after deletion, and skipped when another program (e.g. another devcluster) holds them."""
         for candidate in POD_NETWORK.hosts():
             ip = str(candidate)
-            if candidate < FIRST_POD_IP or ip in self._ips_in_use:
+            if candidate < FIRST_POD_IP or ip in self.ip_leases:
                 continue
-            if all(_port_free(ip, port) for port in ports):
-                self._ips_in_use.add(ip)
-                return ip
+            if self.ip_leases.acquire(ip):
+                if all(_port_free(ip, port) for port in ports):
+                    return ip
+                self.ip_leases.release(ip)  # a program outside any devcluster holds a port there
         raise ContainerConfigError("no free pod IP left in 127.0.0.0/16")
+
+    def pod_dir(self, pod: dict) -> Path:
+        """The pod's working directory (its container's cwd and HOME)."""
+        metadata = pod["metadata"]
+        return self.pods_dir / f"{metadata['namespace']}_{metadata['name']}_{metadata['uid'][:8]}"
+
+    def log_path(self, pod: dict) -> Path:
+        """Where the container's stdout and stderr go (``kubectl logs`` reads it)."""
+        return self.pod_dir(pod) / "container.log"
 
     def _prepare(self, pod: dict, container: dict, pod_ip: str) -> tuple[list[str], dict, Path]:
         metadata = pod["metadata"]
-        workdir = self.pods_dir / f"{metadata['namespace']}_{metadata['name']}_{metadata['uid'][:8]}"
+        workdir = self.pod_dir(pod)
         workdir.mkdir(parents=True, exist_ok=True)
         search_path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-        env = {"PATH": search_path, "HOME": str(workdir), "HOSTNAME": metadata["name"], "LANG": "C.UTF-8"}
+        env = {"PATH": search_path, "HOME": str(workdir), "HOSTNAME": metadata["name"], "LANG": "C.UTF-8",
+               # a pod owns its IP's ports: a taken port must fail the container, not move the server
+               # to another port its pod does not advertise (jupyter-server would try 50 more)
+               "JUPYTER_PORT_RETRIES": "0"}
         pod_view = {**pod, "status": {**pod["status"], "podIP": pod_ip, "hostIP": HOST_IP}}
         for variable in container.get("env") or []:
             env[variable["name"]] = self._env_value(pod_view, variable)
@@ -251,8 +307,9 @@ class Kubelet:
                 if data is None or ref["key"] not in data:
                     if ref.get("optional"):
                         return ""
+                    where = f'{resource[:-1]} {pod["metadata"]["namespace"]}/{ref["name"]}'
                     missing = f'{resource[:-1]} "{ref["name"]}" not found' if data is None else \
-                        f'couldn\'t find key {ref["key"]} in {resource[:-1]} {pod["metadata"]["namespace"]}/{ref["name"]}'
+                        f'couldn\'t find key {ref["key"]} in {where}'
                     raise ContainerConfigError(missing)
                 value = data[ref["key"]]
                 return base64.b64decode(value).decode() if decode else value
@@ -261,8 +318,7 @@ class Kubelet:
     def _fail_to_start(self, running: RunningPod, pod: dict, container: dict, error: Exception) -> None:
         config_error = isinstance(error, ContainerConfigError)
         reason = "CreateContainerConfigError" if config_error else "StartError"
-        if running.pod_ip:
-            self._ips_in_use.discard(running.pod_ip)
+        self.ip_leases.release(running.pod_ip)
         record_event(self.store, pod, "Failed", f"Error: {error}", event_type="Warning")
 
         def mark(obj: dict) -> None:
@@ -378,6 +434,7 @@ class Kubelet:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.kill_all_now()
+        self.ip_leases.release_all()
         atexit.unregister(self.kill_all_now)
 
     def kill_all_now(self) -> None:

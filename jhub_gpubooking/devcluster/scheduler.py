@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from ..quantity import parse_quantity
 from .errors import ApiError
-from .store import Change, ObjectStore, utc_timestamp
+from .store import SIMULATED_VERSION, Change, ObjectStore, utc_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,13 @@ def gpu_node(name: str, product: str = "NVIDIA-A100-SXM4-40GB", count: int = 4, 
     return node_manifest(name, {**gfd_labels, **(labels or {})}, allocatable, taints)
 
 
+# what `kubectl get nodes -o wide` shows (this "kubelet" runs containers as local processes); every
+# field is set, since strict clients (kubernetes_asyncio) refuse a nodeInfo that lacks one
+NODE_INFO = {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "devcluster://local-processes",
+             "kernelVersion": "", "kubeProxyVersion": SIMULATED_VERSION, "kubeletVersion": SIMULATED_VERSION,
+             "machineID": "", "operatingSystem": "linux", "osImage": "devcluster", "systemUUID": ""}
+
+
 def node_manifest(name: str, labels: dict, allocatable: dict, taints: list | None = None) -> dict:
     """A plain v1 Node that reports Ready with the given allocatable resources."""
     labels = {"kubernetes.io/hostname": name, **labels}
@@ -63,6 +70,7 @@ def node_manifest(name: str, labels: dict, allocatable: dict, taints: list | Non
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
                           {"type": "Hostname", "address": name}],
+            "nodeInfo": dict(NODE_INFO),
         },
     }
 

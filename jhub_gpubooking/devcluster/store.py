@@ -29,6 +29,8 @@ RESOURCES = {
     "namespaces": ("Namespace", False),
     "nodes": ("Node", False),
 }
+# the Kubernetes version the devcluster answers /version with and its nodes report as kubelet version
+SIMULATED_VERSION = "v1.31.0-devcluster"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 

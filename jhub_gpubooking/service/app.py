@@ -17,6 +17,7 @@ import secrets
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
@@ -48,6 +49,11 @@ from .monitoring import GPUMonitoring
 from .opportunistic import OpportunisticService, opportunistic_routes
 from .planning import PlanningOptions, planning_routes
 from .ratelimit import WriteRateLimiter
+
+#: Seconds between two attempts to open a database that is unavailable at start, and between
+#: two log lines about it.
+DATABASE_RETRY_SECONDS = 2.0
+DATABASE_WAIT_LOG_SECONDS = 30.0
 
 #: Regular expression of each path parameter used in the route templates.
 #: Seconds the service waits, once told to stop, for requests in flight and database work;
@@ -403,6 +409,32 @@ class GPUBookingService(
         store.sync_pools()
         return store
 
+    def wait_for_database(self, open_store):
+        """``open_store()``, retried while the database is unavailable (a hub pod restarting
+        during a database outage): the service then comes up with the database instead of
+        crash-looping; until then the Hub's spawner refuses GPU starts as for any outage.
+        PostgreSQL/MariaDB only."""
+        from ..db.session import display_url, normalize_url, unavailable_reason
+
+        waited = 0.0
+        while True:
+            try:
+                return open_store()
+            except Exception as error:
+                # a SQLite file that cannot be opened is a wrong path or volume: say so at once
+                if unavailable_reason(error) is None or normalize_url(self.db_url).startswith(
+                    "sqlite"
+                ):
+                    raise
+                if waited % DATABASE_WAIT_LOG_SECONDS < DATABASE_RETRY_SECONDS:
+                    self.log.warning(
+                        "Waiting for the booking database %s: %s",
+                        display_url(self.db_url),
+                        str(error).splitlines()[0],
+                    )
+            time.sleep(DATABASE_RETRY_SECONDS)
+            waited += DATABASE_RETRY_SECONDS
+
     def make_hub_auth(self) -> HubOAuth:
         return HubOAuth(
             parent=self,
@@ -464,7 +496,7 @@ class GPUBookingService(
         """Everything but listening: pools, store, auth, executor, tornado app."""
         self.pool_objects = self.load_pools()
         self.metrics = ServiceMetrics()
-        self.store = self.open_store()
+        self.store = self.wait_for_database(self.open_store)
         self.setup_lifecycle()
         self.hub_auth = self.make_hub_auth()
         self.write_limiter = WriteRateLimiter(self.write_rate_per_minute, self.write_burst)
@@ -491,6 +523,10 @@ class GPUBookingService(
             # the admin needs that sentence, not a traceback
             self.log.critical("Configuration error: %s", error)
             self.exit(2)
+        except KeyboardInterrupt:
+            # told to stop while waiting for the database (see wait_for_database)
+            self.log.info("Interrupted before serving")
+            return
         try:
             asyncio.run(self.serve())
         except KeyboardInterrupt:

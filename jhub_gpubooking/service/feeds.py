@@ -59,7 +59,8 @@ def bookings_calendar(
     calendar = Calendar()
     calendar.add("prodid", "-//jhub-gpubooking//GPU bookings//EN")
     calendar.add("version", "2.0")
-    calendar.add("x-wr-calname", f"GPU bookings of {user}")
+    # a name property is one line; an admin may ask for any user name, newlines included
+    calendar.add("x-wr-calname", " ".join(f"GPU bookings of {user}".split()))
     for booking in sorted(bookings, key=lambda b: (b.start, b.id or 0)):
         calendar.add_component(
             booking_event(booking, pools.get(booking.pool), uid_domain, page_url)

@@ -101,3 +101,12 @@ def test_holder_names_round_trip_and_hub_servers_are_not_pods():
 )
 def test_decide_claim(pod, claimed_ago, now, action):
     assert decide_claim(booking(), now - claimed_ago, pod, now, GRACE) is action
+
+
+def test_the_pod_of_a_cancelled_booking_is_deleted_at_once():
+    cancelled = booking().with_changes(status="cancelled")
+    claimed = NOW - timedelta(minutes=1)
+    assert decide_claim(cancelled, claimed, PodFacts("Running"), NOW, GRACE) is \
+        ClaimAction.DELETE_POD
+    assert decide_claim(cancelled, claimed, PodFacts("Succeeded"), NOW, GRACE) is \
+        ClaimAction.RELEASE

@@ -35,29 +35,29 @@ def test_renamed_pool_resources_count_as_gpus():
     ("limits", "requests", "message"),
     [
         ({"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "2"},
-         "Container main requests 2 but limits 1 of nvidia.com/gpu; GPU requests must equal "
-         "their limits."),
+         ("Container main requests 2 but limits 1 of nvidia.com/gpu; GPU requests must equal "
+         "their limits.")),
         ({"cpu": "1"}, {"nvidia.com/gpu": "1"},
-         "Container main requests nvidia.com/gpu without a limit; GPU requests must equal "
-         "their limits."),
+         ("Container main requests nvidia.com/gpu without a limit; GPU requests must equal "
+         "their limits.")),
         ({"nvidia.com/gpu": "0.5"}, None,
-         "Container main asks for 0.5 of nvidia.com/gpu; extended resources must be whole "
-         "numbers."),
+         ("Container main asks for 0.5 of nvidia.com/gpu; extended resources must be whole "
+         "numbers.")),
         ({"nvidia.com/gpu": "500m"}, None,
-         "Container main asks for 500m of nvidia.com/gpu; extended resources must be whole "
-         "numbers."),
+         ("Container main asks for 500m of nvidia.com/gpu; extended resources must be whole "
+         "numbers.")),
         ({"nvidia.com/gpu": "lots"}, None,
          "Container main asks for 'lots' of nvidia.com/gpu, which is not a quantity."),
         ({"tencent.com/vcuda-core": "150", "tencent.com/vcuda-memory": "10"}, None,
-         "Container main asks for 150 tencent.com/vcuda-core; gpu-manager takes less than 100 "
-         "(a share of one GPU) or a multiple of 100 (whole GPUs)."),
+         ("Container main asks for 150 tencent.com/vcuda-core; gpu-manager takes less than 100 "
+         "(a share of one GPU) or a multiple of 100 (whole GPUs).")),
         ({"tencent.com/vcuda-core": "50"}, None,
-         "Container main asks for tencent.com/vcuda-core without tencent.com/vcuda-memory; "
-         "gpu-manager needs both."),
+         ("Container main asks for tencent.com/vcuda-core without tencent.com/vcuda-memory; "
+         "gpu-manager needs both.")),
         ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000",
           "nvidia.com/gpumem-percentage": "20"}, None,
-         "Container main sets both nvidia.com/gpumem and nvidia.com/gpumem-percentage; "
-         "HAMi takes only one of them."),
+         ("Container main sets both nvidia.com/gpumem and nvidia.com/gpumem-percentage; "
+         "HAMi takes only one of them.")),
     ],
 )
 def test_malformed_gpu_requests_name_the_broken_rule(limits, requests, message):

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from certs import write_test_certificates
 from hub_harness import start_booking_hub
 
 from jhub_gpubooking.devcluster import DevCluster, gpu_node
@@ -36,59 +34,18 @@ ONE_LINE_REFUSAL = (
 
 
 @contextlib.asynccontextmanager
-async def https_front(port: int, certfile: Path, keyfile: Path):
-    """The cluster's API over TLS, as a real API server serves it: a TLS relay to ``port``."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certfile, keyfile)
-    relays: set[asyncio.Task] = set()
-
-    async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        try:
-            while data := await source.read(65536):
-                sink.write(data)
-                await sink.drain()
-        except (ConnectionError, ssl.SSLError):
-            pass
-        finally:
-            sink.close()
-
-    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        relays.add(asyncio.current_task())
-        try:
-            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
-            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
-        except OSError:
-            writer.close()
-        except asyncio.CancelledError:
-            writer.close()  # the test ends: end quietly (asyncio logs a cancelled handler)
-        finally:
-            relays.discard(asyncio.current_task())
-
-    server = await asyncio.start_server(relay, "127.0.0.1", 0, ssl=context)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        for task in list(relays):
-            task.cancel()
-        await asyncio.gather(*relays, return_exceptions=True)
-
-
-@contextlib.asynccontextmanager
 async def hub_pod(tmp_path: Path, monkeypatch, *, pass_environment: bool):
     """A cluster with one A100 node behind HTTPS, and a Hub whose process has the hub pod's
     variables; yields the running Hub (not waited for: the caller says what "up" means)."""
-    ca, certfile, keyfile = write_test_certificates(tmp_path)
     async with DevCluster(tmp_path / "cluster", [gpu_node("a100-1", count=2)],
-                          bookmark_seconds=0.5) as cluster, \
-            https_front(cluster.port, certfile, keyfile) as https_port:
+                          bookmark_seconds=0.5) as cluster:  # HTTPS, with its own CA
         account = tmp_path / "serviceaccount"
         account.mkdir()
         (account / "token").write_text(cluster.token)
-        (account / "ca.crt").write_bytes(ca.read_bytes())
+        (account / "ca.crt").write_bytes(cluster.ca_file.read_bytes())
         # set for the Hub's process only, as Kubernetes and z2jh set them in the hub container
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(https_port))
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(cluster.port))
         monkeypatch.setenv("POD_NAMESPACE", "jhub-test")
         command = [sys.executable, str(HERE / "hub_pod_service.py"), str(account),
                    "--config", str(tmp_path / "hub" / "gpubooking_service_config.py")]

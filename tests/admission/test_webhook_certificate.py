@@ -16,9 +16,9 @@ from jhub_gpubooking.admission.server import start_webhook_server
 def served_certificate(port: int, ca: str) -> bytes:
     """The DER certificate a fresh TLS handshake with the webhook presents."""
     context = ssl.create_default_context(cafile=ca)
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            return tls.getpeercert(binary_form=True)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        return tls.getpeercert(binary_form=True)
 
 
 async def test_a_renewed_certificate_is_served_to_new_connections(tmp_path):

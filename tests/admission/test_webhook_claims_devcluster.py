@@ -61,9 +61,7 @@ async def cluster_and_service(tmp_path):
         )
         service.setup()
         service.start_cluster_integration()
-        configuration = client.Configuration(host=cluster.url,
-                                             api_key={"BearerToken": cluster.token},
-                                             api_key_prefix={"BearerToken": "Bearer"})
+        configuration = cluster.client_configuration()  # HTTPS, trusting the devcluster's CA
         try:
             async with client.ApiClient(configuration) as api:
                 yield client.CoreV1Api(api), service

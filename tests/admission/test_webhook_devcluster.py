@@ -71,12 +71,8 @@ async def core(tmp_path, webhook):
     nodes = [gpu_node("gpu-a100", count=2)]
     async with DevCluster(tmp_path / "cluster", nodes, namespaces=("default", "alice-jobs"),
                           admission_webhooks=[f"{webhook}/mutate", f"{webhook}/validate"],
-                          max_grace_seconds=1) as cluster:
-        configuration = client.Configuration(host=cluster.url,
-                                             api_key={"BearerToken": cluster.token},
-                                             api_key_prefix={"BearerToken": "Bearer"})
-        async with client.ApiClient(configuration) as api:
-            yield client.CoreV1Api(api)
+                          max_grace_seconds=1) as cluster, client.ApiClient(cluster.client_configuration()) as api:
+        yield client.CoreV1Api(api)
 
 
 def gpu_pod(gpus: str) -> dict:

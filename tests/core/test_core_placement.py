@@ -232,7 +232,7 @@ def test_largest_bookable_covers_the_whole_interval(at, booking):
     assert largest_bookable(pool, existing, at(11), at(12)) == 2
     assert largest_bookable(pool, existing, at(10), at(12)) == 1
     assert largest_bookable(pool, existing, at(10), at(13)) == 1
-    full = existing + [booking(10, 13, 1, "a", 1, slices=4)]
+    full = [*existing, booking(10, 13, 1, "a", 1, slices=4)]
     assert largest_bookable(pool, full, at(10), at(13)) == Fraction(3, 4)
 
 

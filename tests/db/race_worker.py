@@ -53,7 +53,7 @@ def race(
                 created += 1
             except (Conflict, PolicyViolation):
                 refused += 1
-            except Exception as error:  # noqa: BLE001 - reported to the parent, which fails
+            except Exception as error:  # any other error is reported to the parent, which fails
                 unexpected.append(f"attempt {attempt}: {type(error).__name__}: {error}")
     finally:
         engine.dispose()

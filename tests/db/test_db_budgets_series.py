@@ -96,7 +96,8 @@ def test_budget_status_lists_user_and_group_budgets(make_store):
     ]
 
 
-def weekly(count, start=at(14), hours=2):
+def weekly(count, start=None, hours=2):
+    start = at(14) if start is None else start
     return occurrences(start, start + timedelta(hours=hours), "weekly", count=count,
                        max_occurrences=10)
 

@@ -94,7 +94,7 @@ def stand_in_hub():
     server.server_close()
 
 
-def start_service(tmp_path, index, db_url, hub_port, real_origin) -> subprocess.Popen:
+def start_service(tmp_path, index, db_url, hub_port, start_file) -> subprocess.Popen:
     from hub_harness import free_port
 
     config = tmp_path / f"service{index}.py"
@@ -115,13 +115,22 @@ def start_service(tmp_path, index, db_url, hub_port, real_origin) -> subprocess.
     }
     log = open(tmp_path / f"service{index}.log", "wb")  # noqa: SIM115 (closed with the process)
     return subprocess.Popen(
-        [sys.executable, str(WORKER), T0.isoformat(), repr(real_origin), str(FACTOR), "--",
+        [sys.executable, str(WORKER), T0.isoformat(), str(start_file), str(FACTOR), "--",
          "--config", str(config), "--log-level", "DEBUG"],
         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
     )  # fmt: skip
 
 
 POOLS = [{"name": "a100", "nodes": {"node-a": 4}}]
+
+
+def service_logs(tmp_path) -> list[str]:
+    return [
+        (tmp_path / f"service{i}.log").read_text(errors="replace")
+        if (tmp_path / f"service{i}.log").exists()
+        else ""
+        for i in (1, 2)
+    ]
 
 
 @servers_only
@@ -144,10 +153,19 @@ def test_two_service_processes_warn_stop_and_release_once(migrated_url, stand_in
     store.claim(stopped.id, "gpu")
     store.release(stopped.id, "gpu")  # stopped at once: its rest is released at +30
 
-    real_origin = time.time()
     hub_port = stand_in_hub.server_address[1]
-    services = [start_service(tmp_path, i, migrated_url, hub_port, real_origin) for i in (1, 2)]
+    start_file = tmp_path / "clock-start"
+    services = [start_service(tmp_path, i, migrated_url, hub_port, start_file) for i in (1, 2)]
     try:
+        # the fast clock starts once both listen, so a slow start cannot skip a rule
+        ready = time.monotonic() + 120
+        while not all("listening on" in log for log in service_logs(tmp_path)):
+            for service in services:
+                assert service.poll() is None, service_logs(tmp_path)
+            assert time.monotonic() < ready, service_logs(tmp_path)
+            time.sleep(0.2)
+        real_origin = time.time()
+        start_file.write_text(repr(real_origin))
         # 40 fast-clock minutes: past every rule above
         deadline = real_origin + 40 * 60 / FACTOR
         while time.time() < deadline:
@@ -178,7 +196,7 @@ def test_two_service_processes_warn_stop_and_release_once(migrated_url, stand_in
         (stopped.id, "reclaimed"): 1,
     }
     assert StandInHub.stops == ["/hub/api/users/ada/servers/"]
-    logs = [(tmp_path / f"service{i}.log").read_text() for i in (1, 2)]
+    logs = service_logs(tmp_path)
     # both processes were really ticking side by side: each found the other one's lock taken
     assert all("Another service process is running the lifecycle tick" in log for log in logs)
     assert not any("Traceback" in log for log in logs)

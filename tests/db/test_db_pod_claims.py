@@ -7,6 +7,8 @@ from datetime import timedelta
 
 from db_test_times import NOW, at
 
+from jhub_gpubooking.db.models import BookingRow
+
 
 def test_active_for_users_returns_only_active_bookings_of_those_users(store):
     ada = store.create("ada", "a100", 1, at(10), at(11))
@@ -32,3 +34,12 @@ def test_held_by_prefix_lists_pod_holders_with_their_claim_time(store, clock):
     assert [b.id for b, _ in store.held_by_prefix("pod_")] == [odd.id]
     store.release(pod.id, "pod:alice-jobs/train")
     assert store.held_by_prefix("pod:") == []
+
+
+def test_held_by_prefix_keeps_cancelled_bookings_whose_pod_may_still_run(store):
+    held = store.create("ada", "a100", 1, at(10), at(11))
+    store.claim(held.id, "pod:alice-jobs/train")
+    with store._transaction(write=True) as session:  # cancelled as "End now" at its start does
+        session.get(BookingRow, held.id).status = "cancelled"
+    [(booking, _)] = store.held_by_prefix("pod:")
+    assert (booking.id, booking.status) == (held.id, "cancelled")

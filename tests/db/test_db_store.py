@@ -386,7 +386,10 @@ def test_placement_reads_only_bookings_overlapping_the_request(store, engine):
             )
     store.create("bob", "a100", 1, at(11), at(12))
     loaded = []
-    listener = lambda target, context: loaded.append(target.id)
+
+    def listener(target, context):
+        loaded.append(target.id)
+
     event.listen(BookingRow, "load", listener)
     try:
         store.create("carol", "a100", 1, at(11, 30), at(12, 30), is_admin=True)

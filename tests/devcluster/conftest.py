@@ -23,8 +23,7 @@ async def cluster(tmp_path: Path):
 
 @pytest.fixture
 async def api_client(cluster: DevCluster):
-    configuration = client.Configuration(host=cluster.url, api_key={"BearerToken": cluster.token},
-                                          api_key_prefix={"BearerToken": "Bearer"})
+    configuration = cluster.client_configuration()
     async with client.ApiClient(configuration) as api:
         yield api
 

@@ -166,18 +166,21 @@ async def test_watch_from_compacted_version_is_410_gone(cluster, core):
 
 
 async def test_watch_sends_bookmarks_when_asked(cluster):
-    url = f"{cluster.url}/api/v1/namespaces/default/pods?watch=true&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion=1"
-    response = await AsyncHTTPClient().fetch(url, headers={"Authorization": f"Bearer {cluster.token}"})
+    url = (f"{cluster.url}/api/v1/namespaces/default/pods"
+           "?watch=true&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion=1")
+    response = await AsyncHTTPClient().fetch(url, headers={"Authorization": f"Bearer {cluster.token}"},
+                                             ca_certs=str(cluster.ca_file))
     lines = [json.loads(line) for line in response.body.splitlines()]
     assert lines and {line["type"] for line in lines} == {"BOOKMARK"}
     assert lines[-1]["object"]["metadata"]["resourceVersion"] == str(cluster.store.resource_version)
 
 
 async def test_requests_without_the_token_are_401_except_version(cluster):
-    response = await AsyncHTTPClient().fetch(f"{cluster.url}/api/v1/namespaces", raise_error=False)
+    response = await AsyncHTTPClient().fetch(f"{cluster.url}/api/v1/namespaces", raise_error=False,
+                                             ca_certs=str(cluster.ca_file))
     assert response.code == 401
     assert json.loads(response.body)["reason"] == "Unauthorized"
-    version = await AsyncHTTPClient().fetch(f"{cluster.url}/version")
+    version = await AsyncHTTPClient().fetch(f"{cluster.url}/version", ca_certs=str(cluster.ca_file))
     assert json.loads(version.body)["major"] == "1"
 
 
@@ -202,6 +205,7 @@ async def test_official_client_reads_back_pods_created_with_numeric_quantities(c
     })
     await core.create_namespaced_pod("default", manifest)
     configuration = kubernetes.client.Configuration(host=cluster.url)
+    configuration.ssl_ca_cert = str(cluster.ca_file)
     configuration.api_key = {"authorization": "Bearer " + cluster.token}
     official = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
     pod = await asyncio.to_thread(official.read_namespaced_pod, "numbers", "default")

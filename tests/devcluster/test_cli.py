@@ -7,12 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
-import yaml
 from devcluster_helpers import pod_manifest
 from test_kubelet import FAMILY, process_alive
+
+from jhub_gpubooking.devcluster import KubeconfigAccess
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,14 +28,17 @@ def test_cli_serves_writes_kubeconfig_and_cleans_up_on_sigterm(tmp_path):
     try:
         lines = [cli.stdout.readline(), cli.stdout.readline()]
         url = lines[1].split(" at ")[1].split()[0]
-        config = yaml.safe_load(kubeconfig_path.read_text())
-        assert config["clusters"][0]["cluster"]["server"] == url
-        assert config["contexts"][0]["context"]["namespace"] == "jhub"
-        headers = {"Authorization": f"Bearer {config['users'][0]['user']['token']}",
-                   "Content-Type": "application/json"}
-        request = urllib.request.Request(f"{url}/api/v1/namespaces/jhub/pods", method="POST", headers=headers,
+        access = KubeconfigAccess.read(kubeconfig_path)
+        assert url.startswith("https://127.0.0.1:") and access.server == url
+        assert access.ca_pem.startswith(b"-----BEGIN CERTIFICATE-----")
+        assert "namespace: jhub" in kubeconfig_path.read_text()
+        request = urllib.request.Request(f"{url}/api/v1/namespaces/jhub/pods", method="POST",
+                                         headers={**access.headers, "Content-Type": "application/json"},
                                          data=json.dumps(pod_manifest("cli-pod", FAMILY)).encode())
-        urllib.request.urlopen(request, timeout=10).close()
+        # only the kubeconfig's CA makes the server's certificate trusted
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            urllib.request.urlopen(request, timeout=10)
+        urllib.request.urlopen(request, timeout=10, context=access.ssl_context()).close()
         pids_file = tmp_path / "state" / "pods"
         for _ in range(200):
             found = list(pids_file.glob("jhub_cli-pod_*/pids"))

@@ -141,7 +141,8 @@ async def test_ready_only_once_the_port_accepts_connections(cluster, core):
 async def test_pod_ips_are_distinct_and_reused(cluster, core):
     for name in ("ip-a", "ip-b"):
         await core.create_namespaced_pod("default", pod_manifest(name))
-    ips = [await wait_for(lambda n=name: pod_or_none(cluster, n)["status"].get("podIP"), "ip") for name in ("ip-a", "ip-b")]
+    ips = [await wait_for(lambda n=name: pod_or_none(cluster, n)["status"].get("podIP"), "ip")
+           for name in ("ip-a", "ip-b")]
     assert len(set(ips)) == 2 and all(ip.startswith("127.0.") for ip in ips)
     await core.delete_namespaced_pod("ip-a", "default", grace_period_seconds=0)
     await wait_for(lambda: pod_or_none(cluster, "ip-a") is None, "ip-a gone")
@@ -218,8 +219,7 @@ async def test_admission_webhook_denies_and_patches(tmp_path):
         async with DevCluster(tmp_path / "state", [gpu_node("gpu-1")], admission_webhooks=[url]) as cluster:
             from kubernetes_asyncio import client
 
-            configuration = client.Configuration(host=cluster.url, api_key={"BearerToken": cluster.token},
-                                                 api_key_prefix={"BearerToken": "Bearer"})
+            configuration = cluster.client_configuration()
             async with client.ApiClient(configuration) as api:
                 core = client.CoreV1Api(api)
                 admitted = await core.create_namespaced_pod("default", pod_manifest("ok", [sys.executable, "-c", ""]))
@@ -233,3 +233,23 @@ async def test_admission_webhook_denies_and_patches(tmp_path):
                     f'admission webhook "{url}" denied the request: no booking for this GPU')
     finally:
         webhook.stop()
+
+
+async def test_two_devclusters_never_hand_out_the_same_pod_ip(tmp_path):
+    """Pod IPs are leased machine-wide, so parallel devclusters (test runs, the demo) cannot collide
+    in the moment between one kubelet's free-port probe and its container binding the port."""
+    first = DevCluster(tmp_path / "one", [gpu_node("gpu-1")])
+    second = DevCluster(tmp_path / "two", [gpu_node("gpu-1")])
+    async with first, second:
+        manifest = pod_manifest("sleeper", container={"ports": [{"containerPort": 8888}]})
+        first.store.create("pods", "default", manifest)
+        second.store.create("pods", "default", manifest)
+
+        def ips():
+            found = [cluster.store.get("pods", "default", "sleeper")["status"].get("podIP")
+                     for cluster in (first, second)]
+            return found if all(found) else None
+
+        one, two = await wait_for(ips, "both pods have an IP")
+        assert one != two
+    assert one not in first.kubelet.ip_leases and two not in second.kubelet.ip_leases  # released at stop

@@ -40,6 +40,10 @@ def test_gpu_node_builder():
             "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": "n1"}],
+            "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "devcluster://local-processes",
+                         "kernelVersion": "", "kubeProxyVersion": "v1.31.0-devcluster",
+                         "kubeletVersion": "v1.31.0-devcluster", "machineID": "", "operatingSystem": "linux",
+                         "osImage": "devcluster", "systemUUID": ""},
         },
     }
 

@@ -20,6 +20,7 @@ import httpx
 from hub_harness import launch
 
 from jhub_gpubooking.core.timegrid import format_time
+from jhub_gpubooking.devcluster import KubeconfigAccess
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent
@@ -143,14 +144,10 @@ class Driver:
     # -- the simulated cluster -------------------------------------------------------------------
 
     def pods(self) -> dict[str, dict]:
-        token = next(
-            line.split(":", 1)[1].strip()
-            for line in self.demo.kubeconfig.read_text().splitlines()
-            if line.strip().startswith("token:")
-        )
+        access = KubeconfigAccess.read(self.demo.kubeconfig)  # what kubectl and KubeSpawner use
         response = httpx.get(
-            f"{self.demo.k8s_url}/api/v1/namespaces/{self.demo.namespace}/pods",
-            headers={"Authorization": f"Bearer {token}"},
+            f"{access.server}/api/v1/namespaces/{self.demo.namespace}/pods",
+            headers=access.headers, verify=access.ssl_context(),
         )
         response.raise_for_status()
         return {pod["metadata"]["name"]: pod for pod in response.json()["items"]}

@@ -4,7 +4,9 @@ Ctrl-C leaves no process behind (Hub, proxy, service, simulated cluster, pod pro
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import shlex
 import signal
 import subprocess
 import time
@@ -17,7 +19,8 @@ from hub_harness import descendant_pids, pid_alive
 pytestmark = pytest.mark.e2e
 
 
-def test_demo_command_serves_and_ctrl_c_leaves_no_process(tmp_path):
+@pytest.mark.kubectl
+def test_demo_command_serves_and_ctrl_c_leaves_no_process(tmp_path, kubectl):
     port, k8s, hub, proxy_api, service = free_ports(5)
     token = secrets.token_hex(16)
     env = dict(
@@ -51,6 +54,8 @@ def test_demo_command_serves_and_ctrl_c_leaves_no_process(tmp_path):
             time.sleep(0.5)
         else:
             pytest.fail("alice's CPU server did not become ready")
+        check_printed_kubectl_command(text, tmp_path, k8s)
+
         started = descendant_pids(demo.pid)
         assert len(started) >= 4  # cluster, hub, proxy, service, pod process...
 
@@ -64,6 +69,34 @@ def test_demo_command_serves_and_ctrl_c_leaves_no_process(tmp_path):
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
         demo.stdout.close()
+
+
+def check_printed_kubectl_command(banner: str, home, k8s_port: int) -> None:
+    """The kubectl command the demo prints works as printed (it lists alice's running pod), and the
+    same kubeconfig serves get nodes, describe pod and get events against the running demo."""
+    line = next(line for line in banner.splitlines() if "kubectl --kubeconfig" in line)
+    assert f"(https://127.0.0.1:{k8s_port})" in line
+    command = shlex.split(line.split("Cluster", 1)[1].split("(", 1)[0])
+    assert command[0] == "kubectl" and command[-3:] == ["get", "pods", "-A"]
+
+    def run(args: list[str]) -> str:
+        done = subprocess.run(args, env=dict(os.environ, HOME=str(home)), capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, f"{args}: {done.stderr}"
+        return done.stdout
+
+    header, *rows = run(command).splitlines()
+    assert re.split(r"\s{2,}", header)[:6] == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert any(re.split(r"\s+", row)[:4] == ["jhub-demo", "jupyter-alice", "1/1", "Running"] for row in rows), rows
+
+    kubectl = command[:-3]  # kubectl --kubeconfig <the demo's kubeconfig>
+    nodes = [re.split(r"\s+", row)[:2] for row in run([*kubectl, "get", "nodes"]).splitlines()[1:]]
+    assert nodes == [["cpu-1", "Ready"], ["gpu-a100-1", "Ready"], ["gpu-a100-2", "Ready"], ["gpu-l4-1", "Ready"]]
+    described = run([*kubectl, "describe", "pod", "jupyter-alice"])
+    assert re.search(r"^Status:\s+Running$", described, re.MULTILINE), described
+    assert re.search(r"Normal\s+Scheduled\s+.*Successfully assigned jhub-demo/jupyter-alice to ", described)
+    events = run([*kubectl, "get", "events", "-n", "jhub-demo"])
+    assert re.search(r"Normal\s+Started\s+pod/jupyter-alice\s", events), events
 
 
 def test_a_hub_that_dies_during_start_up_leaves_no_proxy_behind(tmp_path):

@@ -116,10 +116,7 @@ BAD_INPUTS = [
 )
 def test_bad_input_is_a_json_4xx_naming_the_problem(hub, who, method, path, body, status, words):
     start, end = next_window()
-    if isinstance(body, dict):
-        content = json.dumps(body).replace("{start}", start).replace("{end}", end)
-    else:
-        content = body
+    content = json.dumps(body).replace("{start}", start).replace("{end}", end) if isinstance(body, dict) else body
     response = as_user(hub, who).request(
         method, path, content=content, headers={"Content-Type": "application/json"}
     )

@@ -112,3 +112,13 @@ async def test_hub_failures_are_503_with_retry_after_and_unknown_users_none():
         await hub_user_model(f"http://127.0.0.1:{free_port()}/hub/api", "t", "ada")
     assert unreachable.value.status_code == 503
     assert "could not be reached" in unreachable.value.args[0]
+
+
+def test_a_user_name_with_newlines_still_gives_a_valid_calendar():
+    # found by schemathesis: an admin may ask for any user's calendar, e.g. "\ncõ"
+    from icalendar import Calendar
+
+    from jhub_gpubooking.service.feeds import bookings_calendar
+
+    calendar = Calendar.from_ical(bookings_calendar("\ncõ\r\tx", [], {}, "gpu-booking"))
+    assert str(calendar["x-wr-calname"]) == "GPU bookings of cõ x"

@@ -41,7 +41,7 @@ def rows(page, table: str) -> list[int]:
     ]
 
 
-def test_tables_show_a_page_at_a_time_and_show_more_loads_the_next(hub, context):  # noqa: F811
+def test_tables_show_a_page_at_a_time_and_show_more_loads_the_next(hub, context):
     booked = [book_through_api(hub, "ada", "a100", 1, *windows.next())["id"] for _ in range(3)]
     violations: list[str] = []
     context.on(
@@ -64,7 +64,7 @@ def test_tables_show_a_page_at_a_time_and_show_more_loads_the_next(hub, context)
     assert violations == []
 
 
-def test_admin_table_pages_through_everyones_bookings(hub, context):  # noqa: F811
+def test_admin_table_pages_through_everyones_bookings(hub, context):
     booked = [book_through_api(hub, "bob", "a100", 1, *windows.next())["id"] for _ in range(3)]
     violations: list[str] = []
     context.on(
@@ -88,7 +88,7 @@ def test_admin_table_pages_through_everyones_bookings(hub, context):  # noqa: F8
     assert violations == []
 
 
-def test_past_bookings_are_fetched_only_when_asked_for(hub, context):  # noqa: F811
+def test_past_bookings_are_fetched_only_when_asked_for(hub, context):
     start, end = windows.next()
     booking = book_through_api(hub, "carol", "a100", 1, start, end)
     cancelled = hub.api(hub.user_token("carol")).delete(f"api/bookings/{booking['id']}")
