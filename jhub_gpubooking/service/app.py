@@ -556,7 +556,7 @@ class GPUBookingService(
         look stopped or unknown. A Hub that does not answer is only warned about."""
         url = url_path_join(self.hub_api_url, "user")
         headers = {"Authorization": f"token {self.api_token}"}
-        for attempt in range(HUB_SCOPE_CHECK_ATTEMPTS):
+        for _attempt in range(HUB_SCOPE_CHECK_ATTEMPTS):
             try:
                 response = await AsyncHTTPClient().fetch(url, headers=headers, request_timeout=5)
                 break
