@@ -66,18 +66,33 @@ def test_the_lock_is_held_by_one_process_and_freed_when_its_connection_dies(migr
 
 
 class StandInHub(BaseHTTPRequestHandler):
-    """Records the server stops the services ask for (``DELETE .../servers/NAME``)."""
+    """Records the server stops the services ask for (``DELETE .../servers/NAME``) and answers
+    ``GET .../users/NAME`` with the servers in ``servers`` (the service stops a server only when
+    the Hub shows it running on the booking, and expires claims of servers the Hub shows stopped)."""
 
     stops: ClassVar[list[str]] = []
+    #: user -> {server name: the Hub's server model}
+    servers: ClassVar[dict[str, dict]] = {}
 
     def do_DELETE(self):
         self.stops.append(self.path)
+        user, _, name = self.path.removeprefix("/hub/api/users/").partition("/servers/")
+        self.servers.get(user, {}).pop(name, None)
         self.send_response(204)
         self.end_headers()
 
     def do_GET(self):
-        self.send_response(404)
+        user = self.path.removeprefix("/hub/api/users/").split("?")[0]
+        if "/" in user or user not in self.servers:
+            self.send_response(404)
+            self.end_headers()
+            return
+        body = json.dumps({"name": user, "servers": self.servers[user]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args):
         pass
@@ -86,6 +101,7 @@ class StandInHub(BaseHTTPRequestHandler):
 @pytest.fixture
 def stand_in_hub():
     StandInHub.stops = []
+    StandInHub.servers = {}
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandInHub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -135,6 +151,7 @@ def service_logs(tmp_path) -> list[str]:
 
 @servers_only
 def test_two_service_processes_warn_stop_and_release_once(migrated_url, stand_in_hub, tmp_path):
+    from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY
     from jhub_gpubooking.core.model import Pool
 
     engine = make_engine(migrated_url)
@@ -152,6 +169,12 @@ def test_two_service_processes_warn_stop_and_release_once(migrated_url, stand_in
     stopped = store.create("carol", "a100", 1, T0, T0 + timedelta(hours=2))
     store.claim(stopped.id, "gpu")
     store.release(stopped.id, "gpu")  # stopped at once: its rest is released at +30
+    StandInHub.servers = {
+        "ada": {"": {"name": "", "ready": True, "pending": None,
+                     "state": {SERVER_STATE_BOOKING_KEY: running.id}}},
+        "bob": {},
+        "carol": {},
+    }
 
     hub_port = stand_in_hub.server_address[1]
     start_file = tmp_path / "clock-start"
