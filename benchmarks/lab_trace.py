@@ -202,7 +202,7 @@ def _release(outcome: Outcome, live: dict[int, Booking], request: Request, now: 
     booking = outcome.admitted[request.id]
     if booking.state(now) is not BookingState.ACTIVE:
         return
-    released = cancel_outcome(booking, now, SLOT_MINUTES)
+    released = cancel_outcome(booking, now)
     if request.no_show:
         outcome.released.append((booking, released.end if released.holds_capacity else booking.start))
     outcome.admitted[request.id] = released

@@ -136,6 +136,10 @@ def gated_hub_spawner(demo: Demo):
     os.environ.update(demo.env())  # the config files read DEMO_*; KubeSpawner reads KUBECONFIG
     try:
         # imported only now: kubernetes_asyncio reads $KUBECONFIG once, when first imported
+        # (and if something imported it earlier, point its default at this demo's kubeconfig)
+        from kubernetes_asyncio.config import kube_config
+
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = os.environ["KUBECONFIG"]
         from jhub_gpubooking.spawner import GPUBookingSpawner
 
         config = PyFileConfigLoader(demo.hub_config.name, path=str(demo.hub_config.parent)).load_config()
