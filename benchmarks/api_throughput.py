@@ -17,6 +17,20 @@ create's throughput relative to the Hub's call (target >= 1.0x, p99 <= 50 ms). T
 on the same 2 cores as the Hub, the proxy and the service, so each phase also records the CPU
 time every process used (the clients, the Hub, the proxy, the service, the simulated cluster):
 per request, it shows which process the cores are spent in.
+
+Then two create measurements that separate service time from queueing (issue 18 item 3):
+
+- **unloaded**: creates one at a time (each cancelled again before the next), so none waits
+  for another: the latency of a create when the service has nothing else to do;
+- **open loop**: creates arriving at random (Poisson) times at half the rate the Hub answered
+  ``GET api/user`` in the rounds above, whether or not earlier ones were answered, for
+  ``--open-loop-rounds`` rounds of two creates per client (cancelled between rounds, not
+  timed). Its latency minus the unloaded one is the time requests spent queueing.
+
+The ``targets`` of ``--json``: per database, create's throughput relative to the Hub's call
+(``create_vs_hub``, >= 1.0), the service's CPU per create and the Hub's per ``GET api/user``
+(``create_cpu_ms``, ``hub_cpu_ms``: the first at most the second), and the open loop's p99
+(``open_loop_p99_ms``, <= 50 ms).
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import secrets
 import tempfile
 import time
@@ -58,6 +73,8 @@ SERVICE_PREFIX = url_path_join(BASE_URL, "services", "gpu-booking/")
 POOL = "a100"
 OPERATIONS = ("hub GET api/user", "booking create", "booking list", "booking cancel")
 TARGET_RATIO, TARGET_P99_MS = 1.0, 50.0
+#: The open loop's arrival rate, as a share of the Hub's measured GET api/user rate.
+OPEN_LOOP_LOAD = 0.5
 
 
 #: The processes whose CPU time is recorded, as named in the tables.
@@ -142,7 +159,64 @@ async def user_tokens(session: aiohttp.ClientSession, hub_api: str, admin_token:
     return tokens
 
 
-async def measure(demo: Demo, clients: int, rounds: int) -> dict[str, Phase]:
+def create_body(tomorrow: datetime, client: int, half: int | None) -> dict:
+    """Client ``client``'s quarter A100 for its own hour from tomorrow on (``half`` 0 or 1: the
+    first or second half of that hour, so a client can hold two bookings at once)."""
+    start = tomorrow + timedelta(hours=client, minutes=30 * (half or 0))
+    length = timedelta(hours=1) if half is None else timedelta(minutes=30)
+    return {"pool": POOL, "gpus": "1/4", "start": format_time(start),
+            "end": format_time(start + length)}
+
+
+async def cancel_all(session: aiohttp.ClientSession, bookings_url: str,
+                     created: list[tuple[dict | None, dict]]) -> None:
+    """Cancel the bookings (untimed: only keeps the clients within their booking limit)."""
+    async def cancel(booking: dict, headers: dict) -> None:
+        url = url_path_join(bookings_url, str(booking["id"]))
+        async with session.delete(url, headers=headers, raise_for_status=True):
+            pass
+
+    await asyncio.gather(*(cancel(b, h) for b, h in created if b is not None))
+
+
+async def measure_unloaded(session, cpu: CpuMeter, bookings_url: str, auth: list[dict],
+                           tomorrow: datetime, count: int) -> Phase:
+    """``count`` creates one after the other, each cancelled before the next is sent."""
+    phase = Phase()
+    for n in range(count):
+        headers = auth[n % len(auth)]
+        [booking] = await run_phase(phase, cpu, [
+            timed(phase, session, "POST", bookings_url, 201, headers=headers,
+                  json=create_body(tomorrow, n % len(auth), None))])
+        await cancel_all(session, bookings_url, [(booking, headers)])
+    return phase
+
+
+async def measure_open_loop(session, cpu: CpuMeter, bookings_url: str, auth: list[dict],
+                            tomorrow: datetime, rate: float, rounds: int) -> Phase:
+    """Creates arriving at ``rate`` per second (Poisson), two per client and round."""
+    phase, arrivals = Phase(), random.Random(18)
+    loop = asyncio.get_running_loop()
+
+    async def arrive(at: float, client: int, half: int):
+        await asyncio.sleep(max(0.0, at - loop.time()))
+        return await timed(phase, session, "POST", bookings_url, 201, headers=auth[client],
+                           json=create_body(tomorrow, client, half))
+
+    for _ in range(rounds):
+        requests = [(i, half) for half in (0, 1) for i in range(len(auth))]
+        at, scheduled = loop.time(), []
+        for client, half in requests:
+            at += arrivals.expovariate(rate)
+            scheduled.append(arrive(at, client, half))
+        created = await run_phase(phase, cpu, scheduled)
+        await cancel_all(session, bookings_url,
+                         [(b, auth[client]) for b, (client, _) in zip(created, requests)])
+    return phase
+
+
+async def measure(demo: Demo, clients: int, rounds: int, unloaded: int,
+                  open_loop_rounds: int) -> tuple[dict[str, Phase], dict[str, Phase], float]:
     hub_url, admin_token, cpu = demo.hub_url, demo.admin_token, CpuMeter(demo)
     hub_api = url_path_join(hub_url, HUB_PREFIX, "api")
     bookings_url = url_path_join(hub_url, SERVICE_PREFIX, "api", "bookings")
@@ -163,11 +237,8 @@ async def measure(demo: Demo, clients: int, rounds: int) -> dict[str, Phase]:
             ])
             phase = phases["booking create"]
             created = await run_phase(phase, cpu, [
-                timed(phase, session, "POST", bookings_url, 201, headers=h, json={
-                    "pool": POOL, "gpus": "1/4",
-                    "start": format_time(tomorrow + timedelta(hours=i)),
-                    "end": format_time(tomorrow + timedelta(hours=i + 1)),
-                })
+                timed(phase, session, "POST", bookings_url, 201, headers=h,
+                      json=create_body(tomorrow, i, None))
                 for i, h in enumerate(auth)
             ])
             phase = phases["booking list"]
@@ -182,10 +253,32 @@ async def measure(demo: Demo, clients: int, rounds: int) -> dict[str, Phase]:
                       200, headers=h)
                 for booking, h in zip(created, auth) if booking is not None
             ])
-    return phases
+        hub = phases["hub GET api/user"]
+        rate = OPEN_LOOP_LOAD * len(hub.latencies_ms) / hub.wall_seconds
+        load = {
+            "unloaded create": await measure_unloaded(session, cpu, bookings_url, auth,
+                                                      tomorrow, unloaded),
+            "open-loop create": await measure_open_loop(session, cpu, bookings_url, auth,
+                                                        tomorrow, rate, open_loop_rounds),
+        }
+    return phases, load, rate
 
 
-def run_backend(backend: str, db_url: str, clients: int, rounds: int, log_dir: Path) -> dict:
+def phase_summary(phase: Phase) -> dict:
+    samples = phase.latencies_ms or [float("nan")]
+    return {
+        "requests": len(phase.latencies_ms),
+        "requests_per_second": len(phase.latencies_ms) / phase.wall_seconds,
+        "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
+        "failures": dict(phase.failures),
+        "cpu_ms_per_request": {name: phase.cpu_seconds[name] * 1000 / len(samples)
+                               for name in PROCESSES},
+        "cores_busy": sum(phase.cpu_seconds.values()) / phase.wall_seconds,
+    }
+
+
+def run_backend(backend: str, db_url: str, clients: int, rounds: int, unloaded: int,
+                open_loop_rounds: int, log_dir: Path) -> dict:
     admin_token = secrets.token_hex(32)
     ports = {name: str(free_port()) for name in
              ("DEMO_HUB_PORT", "DEMO_PROXY_API_PORT", "DEMO_SERVICE_PORT")}
@@ -195,29 +288,45 @@ def run_backend(backend: str, db_url: str, clients: int, rounds: int, log_dir: P
                     extra_env={**ports, "BENCH_BOOKING_DB_URL": db_url},
                     log_dir=log_dir / backend)
         with demo:
-            phases = asyncio.run(measure(demo, clients, rounds))
-    result = {"backend": backend, "clients": clients, "rounds": rounds, "operations": {}}
-    for name, phase in phases.items():
-        samples = phase.latencies_ms or [float("nan")]
-        result["operations"][name] = {
-            "requests": len(phase.latencies_ms),
-            "requests_per_second": len(phase.latencies_ms) / phase.wall_seconds,
-            "p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99),
-            "failures": dict(phase.failures),
-            "cpu_ms_per_request": {name: phase.cpu_seconds[name] * 1000 / len(samples)
-                                   for name in PROCESSES},
-            "cores_busy": sum(phase.cpu_seconds.values()) / phase.wall_seconds,
-        }
-    operations = result["operations"]
+            phases, load, rate = asyncio.run(
+                measure(demo, clients, rounds, unloaded, open_loop_rounds))
+    result = {"backend": backend, "clients": clients, "rounds": rounds,
+              "operations": {name: phase_summary(phase) for name, phase in phases.items()},
+              "open_loop_rate": rate,
+              "latency": {name: phase_summary(phase) for name, phase in load.items()}}
+    operations, latency = result["operations"], result["latency"]
     result["create_vs_hub"] = (operations["booking create"]["requests_per_second"]
                                / operations["hub GET api/user"]["requests_per_second"])
+    result["queueing_ms"] = {
+        f"p{q}": latency["open-loop create"][f"p{q}_ms"] - latency["unloaded create"][f"p{q}_ms"]
+        for q in (50, 99)
+    }
     return result
+
+
+def targets(results: list[dict]) -> dict:
+    """Per database, the numbers issue 18 sets targets for."""
+    def per_backend(value) -> dict:
+        return {r["backend"]: value(r) for r in results}
+
+    return {
+        "create_vs_hub": per_backend(lambda r: r["create_vs_hub"]),
+        "create_cpu_ms": per_backend(
+            lambda r: r["operations"]["booking create"]["cpu_ms_per_request"]["service"]),
+        "hub_cpu_ms": per_backend(
+            lambda r: r["operations"]["hub GET api/user"]["cpu_ms_per_request"]["hub"]),
+        "open_loop_p99_ms": per_backend(lambda r: r["latency"]["open-loop create"]["p99_ms"]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--unloaded", type=int, default=50,
+                        help="creates sent one at a time (the latency without queueing)")
+    parser.add_argument("--open-loop-rounds", type=int, default=5,
+                        help="open-loop rounds, two creates per client each")
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL,
                         help="server for a throw-away booking database ('' to skip PostgreSQL)")
     parser.add_argument("--log-dir", default=None,
@@ -227,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tiny:
         args.clients, args.rounds, args.postgres_url = 5, 2, ""
+        args.unloaded, args.open_loop_rounds = 4, 1
     print_machine()
     results = []
     with ExitStack() as stack:
@@ -240,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             databases["postgresql"] = stack.enter_context(
                 postgres_databases(args.postgres_url, ["booking"]))["booking"]
         for backend, db_url in databases.items():
-            results.append(run_backend(backend, db_url, args.clients, args.rounds, log_dir))
+            results.append(run_backend(backend, db_url, args.clients, args.rounds,
+                                       args.unloaded, args.open_loop_rounds, log_dir))
     print()
     print(markdown_table(
         ["backend", "operation", "requests", "req/s", "p50 ms", "p99 ms", "failures"],
@@ -256,12 +367,31 @@ def main(argv: list[str] | None = None) -> int:
     ))
     print()
     print(markdown_table(
-        ["backend", "create / hub req/s", "target", "create p99 ms", "target"],
-        [[r["backend"], r["create_vs_hub"], f">= {TARGET_RATIO}",
-          r["operations"]["booking create"]["p99_ms"], f"<= {TARGET_P99_MS:.0f}"]
-         for r in results],
+        ["backend", "create", "requests", "arrivals/s", "p50 ms", "p99 ms", "failures",
+         "service CPU ms/req"],
+        [[r["backend"], name, op["requests"],
+          r["open_loop_rate"] if name == "open-loop create" else "one at a time",
+          op["p50_ms"], op["p99_ms"],
+          ", ".join(f"{k}: {v}" for k, v in op["failures"].items()) or "0",
+          op["cpu_ms_per_request"]["service"]]
+         for r in results for name, op in r["latency"].items()],
     ))
-    write_json(args.json, {"results": results})
+    print()
+    print(markdown_table(
+        ["backend", "queueing p50 ms", "queueing p99 ms"],
+        [[r["backend"], r["queueing_ms"]["p50"], r["queueing_ms"]["p99"]] for r in results],
+    ))
+    print()
+    goals = targets(results)
+    print(markdown_table(
+        ["backend", "create / hub req/s", "target", "service CPU ms/create",
+         "hub CPU ms/api/user", "target", "open-loop create p99 ms", "target"],
+        [[backend, goals["create_vs_hub"][backend], f">= {TARGET_RATIO}",
+          goals["create_cpu_ms"][backend], goals["hub_cpu_ms"][backend], "create <= hub",
+          goals["open_loop_p99_ms"][backend], f"<= {TARGET_P99_MS:.0f}"]
+         for backend in goals["create_vs_hub"]],
+    ))
+    write_json(args.json, {"results": results, "targets": goals})
     return 0
 
 

@@ -4,6 +4,7 @@ and the ``--json`` result file (read by the smoke test and pasted into docs/benc
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -48,6 +49,27 @@ def percentile(samples: Sequence[float], percent: int) -> float:
     if len(samples) == 1:
         return float(samples[0])
     return statistics.quantiles(samples, n=100, method="inclusive")[percent - 1]
+
+
+def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free confidence interval of the median: ``(low, high, coverage)``.
+
+    Exact order statistics: for ``n`` sorted samples, ``[x_(k), x_(n-k+1)]`` holds the true
+    median with probability ``1 - 2 P(B <= k - 1)``, ``B ~ Binomial(n, 1/2)``; ``k`` is the
+    largest with at least ``confidence``. Too few samples for that give ``[min, max]`` and its
+    smaller coverage, which the caller reports rather than hides.
+    """
+    ordered = sorted(samples)
+    n = len(ordered)
+    tail, k = 0.0, 0  # tail = P(B <= k - 1)
+    while k + 1 <= (n + 1) // 2:
+        next_tail = tail + math.comb(n, k) / 2**n
+        if 1 - 2 * next_tail < confidence:
+            break
+        tail, k = next_tail, k + 1
+    k = max(k, 1)
+    coverage = 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+    return ordered[k - 1], ordered[n - k], coverage
 
 
 def machine_description() -> dict[str, Any]:

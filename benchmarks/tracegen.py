@@ -22,6 +22,10 @@ Every distribution below is a parameter of :class:`TraceShape`; the defaults des
   user then cancels the rest.
 * **Patience** — a refused user tries again at once from the end of the full interval the refusal
   names, up to 3 attempts in all, as long as the start moves by at most 24 h.
+* **Waitlist** — a user still refused after that joins the waitlist with probability 0.5
+  (``waitlist_share``), asking for the first interval of the same length and amount that starts
+  within 24 h (``wait_window_hours``) of the start first asked for; the wait expires at that
+  latest start. Drawn from its own random stream, so the rest of the trace does not change.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class TraceShape:
     no_show_rate: float = 0.10
     early_stop_rate: float = 0.30
     early_stop_range: tuple[float, float] = (0.3, 0.9)
+    waitlist_share: float = 0.5
+    wait_window_hours: int = 24
 
     @property
     def semester_end(self) -> datetime:
@@ -94,6 +100,8 @@ class Request:
     no_show: bool
     #: share of the booking used before the user stops and cancels the rest (None: all of it)
     used_share: float | None = None
+    #: a refused user waits for the first free interval of the same length and amount
+    joins_waitlist: bool = False
 
     @property
     def length(self) -> timedelta:
@@ -208,7 +216,10 @@ def generate(shape: TraceShape, seed: int, pool: Pool | None = None) -> Trace:
                     no_show=no_show, used_share=used_share,
                 ))
     requests.sort(key=lambda r: r.made_at)
+    # its own stream: the waitlist share changes nothing else of the trace
+    waits = random.Random(f"waitlist-{seed}")
     numbered = [
-        Request(**{**r.__dict__, "id": n}) for n, r in enumerate(requests, start=1)
+        Request(**{**r.__dict__, "id": n, "joins_waitlist": waits.random() < shape.waitlist_share})
+        for n, r in enumerate(requests, start=1)
     ]
     return Trace(shape=shape, pool=pool, requests=numbered, groups=groups)

@@ -9,7 +9,7 @@ state_dir = os.environ.get("DEMO_STATE_DIR", ".demo")
 c.GPUBookingService.db_url = f"sqlite:///{os.path.join(state_dir, 'gpubooking.sqlite')}"
 c.GPUBookingService.upgrade_db = True  # create or migrate the demo's database at start
 c.GPUBookingService.slot_minutes = 15
-c.GPUBookingService.page_days = 3
+c.ReservationPage.page_days = 3
 
 # A fractional pool (HAMi: each A100 shared in quarters) on two nodes of 4 GPUs,
 # and a pool of whole L4 GPUs. The node names match the simulated cluster's nodes.

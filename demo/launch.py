@@ -125,6 +125,10 @@ class Demo:
     hub_config: Path = HERE / "jupyterhub_config.py"
     nodes_file: Path = HERE / "nodes.yaml"
     namespace: str = "jhub-demo"
+    #: more namespaces to create at start (e.g. gated ones for pods made outside the Hub)
+    extra_namespaces: tuple[str, ...] = ()
+    #: URLs the simulated API server calls with an AdmissionReview on every pod create
+    admission_webhooks: tuple[str, ...] = ()
     extra_env: dict[str, str] = field(default_factory=dict)
     log_dir: Path | None = None  # None: inherit the terminal
 
@@ -184,6 +188,8 @@ class Demo:
                 "--nodes", str(self.nodes_file),
                 "--write-kubeconfig", str(self.kubeconfig),
                 "--namespace", self.namespace,
+                *(f"--namespace={name}" for name in self.extra_namespaces),
+                *(f"--admission-webhook={url}" for url in self.admission_webhooks),
             ],
             env=self.env(), stdout=self._output("cluster"), stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_die_with_parent,
@@ -203,6 +209,18 @@ class Demo:
         # the booking service starts with the Hub; the demo is usable once it answers
         wait_for_http(self.hub_url + "/services/gpu-booking/api/pools", 60, self.hub)
 
+    def stop_hub(self) -> None:
+        """Stop the Hub, its proxy and the booking service; the cluster (and, unless the Hub's
+        config has cleanup_servers, every server's pod) keeps running."""
+        _stop_process_group(self.hub, timeout=60)
+        stop_orphaned_proxy(self.state_dir / "proxy.pid")
+
+    def restart_hub(self) -> None:
+        """What an upgrade or a crashed hub pod does: the Hub (with its proxy and the booking
+        service) stops and starts again on the same database and cluster."""
+        self.stop_hub()
+        self.start_hub()
+
     def start(self) -> Demo:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -216,8 +234,7 @@ class Demo:
     def stop(self) -> None:
         # the Hub first: with cleanup_servers it stops every server, deleting their pods
         try:
-            _stop_process_group(self.hub, timeout=60)
-            stop_orphaned_proxy(self.state_dir / "proxy.pid")
+            self.stop_hub()
         finally:
             _stop_process_group(self.cluster, timeout=30)
 

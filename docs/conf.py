@@ -75,6 +75,11 @@ SCREENSHOTS = {
         "jupyterlab.png",
         "JupyterLab running on the booked GPU share, started from the A100 profile.",
     ),
+    "jupyterlab_booking_screenshot": (
+        "jupyterlab-booking.png",
+        "Inside JupyterLab: the booking's share and time left in the status bar, and the warning "
+        "before its end with Extend and Open bookings.",
+    ),
 }
 
 

@@ -1,4 +1,4 @@
-"""What the server chooser shows for GPU profiles, and which booking a start claims.
+"""What the server chooser shows for GPU profiles (the booking a start claims: core.choice).
 
 Pure functions of the service's JSON (pools, bookings, opportunistic availability) and "now",
 tested by dict equality; :mod:`jhub_gpubooking.spawner` renders and acts on them.
@@ -9,8 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from fractions import Fraction
 
-from .core.model import format_amount
-from .core.timegrid import format_time, parse_time
+from .core.choice import claim_order, current_bookings
+from .core.model import BookingState, format_amount
+from .core.timegrid import parse_time
+from .core.wire import booking_state_at
 
 SERVICE_UNAVAILABLE_MESSAGE = (
     "The GPU booking service cannot be reached, so GPU servers cannot start right now; "
@@ -35,38 +37,10 @@ def server_text(server: str) -> str:
     return "your default server" if server == "" else f"server '{server}'"
 
 
-def current_bookings(bookings: list[dict], pool_name: str, now: datetime) -> list[dict]:
-    """Bookings of ``pool_name`` that are active at ``now`` (the service is asked, then checked)."""
-    return [
-        booking
-        for booking in bookings
-        if booking.get("pool") == pool_name
-        and booking.get("state", "active") == "active"
-        and parse_time(booking["start"], "start") <= now < parse_time(booking["end"], "end")
-    ]
-
-
 #: ``user_options`` key of the booking the user chose (when several are active in a pool), and
 #: the prefix of its form field (one radio group per GPU profile: ``gpu-booking-<slug>``).
 BOOKING_OPTION = "gpu_booking"
 BOOKING_FIELD_PREFIX = "gpu-booking-"
-
-
-def claim_order(bookings: list[dict], server: str, chosen: int | None = None) -> list[dict]:
-    """The bookings a start tries, in order: only the chosen one if it is among them; else the
-    one this server already holds, then unused ones — the one that runs longest first, then the
-    largest — then ones held elsewhere."""
-    picked = [booking for booking in bookings if booking["id"] == chosen]
-    if picked:
-        return picked
-
-    def preference(booking: dict) -> tuple:
-        holder = booking.get("server")
-        rank = 0 if holder == server else 1 if holder is None else 2
-        end = parse_time(booking["end"], "end").timestamp()
-        return (rank, -end, -booking["slices"], booking["id"])
-
-    return sorted(bookings, key=preference)
 
 
 def chooser_profiles(
@@ -137,8 +111,13 @@ def chooser_profiles(
         if pool_name in free_now:
             entry.update(enabled=True, note=OPPORTUNISTIC_NOTE)
         later = sorted(
-            (b for b in upcoming if b.get("pool") == pool_name and b["start"] > format_time(now)),
-            key=lambda b: b["start"],
+            (
+                b
+                for b in upcoming
+                if b.get("pool") == pool_name
+                and booking_state_at(b, now) is BookingState.UPCOMING
+            ),
+            key=lambda b: parse_time(b["start"], "start"),
         )
         if later:
             entry["upcoming"] = {"share": share_text(later[0], pool), "start": later[0]["start"]}

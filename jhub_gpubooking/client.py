@@ -1,4 +1,5 @@
-"""Small async client of the booking service's REST API, used only by the spawner.
+"""Small async client of the booking service's REST API, used by the spawner (with the service's
+token) and by a booked server's JupyterLab extension (with the server's own token).
 
 Built on tornado's ``AsyncHTTPClient`` (what JupyterHub itself uses), so the Hub needs no
 extra HTTP stack. Every failure is one of two typed errors: the service could not answer
@@ -21,12 +22,14 @@ class BookingServiceUnavailable(Exception):
 
 
 class BookingRefused(Exception):
-    """The service answered with a 4xx error; ``message`` is its sentence for the user."""
+    """The service answered with a 4xx error; ``message`` is its sentence for the user and
+    ``details`` the whole error object (e.g. a pool claim's ``reason``, ``pool``, ``server``)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, details: dict | None = None):
         super().__init__(f"{status}: {message}")
         self.status = status
         self.message = message
+        self.details = details or {}
 
 
 def _booking_list(answer: Any) -> list[dict]:
@@ -38,7 +41,7 @@ def _booking_list(answer: Any) -> list[dict]:
 
 
 class BookingClient:
-    """Calls the booking service as the Hub spawner principal (the service's API token)."""
+    """Calls the booking service with one API token (the spawner's, or a server's own)."""
 
     def __init__(
         self,
@@ -67,20 +70,31 @@ class BookingClient:
         )
         return _booking_list(answer)
 
-    async def claim(self, booking_id: int, server: str) -> dict:
-        return await self._request("POST", f"api/bookings/{int(booking_id)}/claim", {"server": server})
+    async def claim_in_pool(
+        self, pool: str, user: str, server: str, booking_id: int | None = None
+    ) -> dict:
+        """The spawn gate in one round trip: ``{"pool": …, "booking": …}`` with ``user``'s
+        booking in ``pool`` claimed for ``server`` (``booking_id``: the one the user chose)."""
+        return await self._request(
+            "POST",
+            f"api/pools/{quote(pool, safe='')}/claim",
+            {"user": user, "server": server, "booking": booking_id},
+        )
 
     async def release(self, booking_id: int, server: str) -> dict:
         return await self._request(
             "POST", f"api/bookings/{int(booking_id)}/release", {"server": server}
         )
 
+    async def extension(self, booking_id: int) -> dict:
+        """The booking and the largest extension allowed right now (by the service's clock)."""
+        return await self._request("GET", f"api/bookings/{int(booking_id)}/extension")
+
+    async def change_end(self, booking_id: int, end: str) -> dict:
+        return await self._request("PATCH", f"api/bookings/{int(booking_id)}", {"end": end})
+
     async def opportunistic_availability(self) -> dict:
         return await self._request("GET", "api/opportunistic")
-
-    async def grant_opportunistic(self, user: str, pool: str) -> dict:
-        """An opportunistic booking of the service's default amount for ``user`` in ``pool``."""
-        return await self._request("POST", "api/opportunistic", {"user": user, "pool": pool})
 
     async def _request(self, method: str, path: str, body: dict | None = None) -> Any:
         request = HTTPRequest(
@@ -112,6 +126,9 @@ class BookingClient:
                 f"{method} {request.url}: answer is not JSON (HTTP {response.code})"
             ) from error
         if response.code >= 300:
-            message = answer.get("message") if isinstance(answer, dict) else None
-            raise BookingRefused(response.code, message or f"HTTP {response.code} {response.reason}")
+            details = answer if isinstance(answer, dict) else {}
+            message = details.get("message")
+            raise BookingRefused(
+                response.code, message or f"HTTP {response.code} {response.reason}", details
+            )
         return answer

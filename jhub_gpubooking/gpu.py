@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 import pkgutil
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from .core.model import Booking, Placement, Pool, format_amount
+from .core.errors import InvalidRequest
+from .core.model import Booking, Placement, Pool, amount_rule_broken, format_amount
 from .core.timegrid import as_utc, format_time
 
 #: Prefix of the labels and annotations this package puts on pods.
@@ -39,9 +40,10 @@ BACKEND_ANNOTATIONS = frozenset(
 #: Environment variables describing the booking inside the server.
 BOOKING_ENV_PREFIX = "GPU_BOOKING_"
 
-# GPU resources of the usual device plugins: the booking is the only source of a GPU amount,
-# so a profile's own GPU request is dropped instead of being added on top of the booked share.
-_GPU_RESOURCE_RE = re.compile(
+#: GPU resources of the usual device plugins (the names of every built-in backend): a pod asking
+#: for one needs a booking, and the booking is the only source of a GPU amount, so a profile's own
+#: GPU request is dropped instead of being added on top of the booked share.
+GPU_RESOURCE_PATTERN = re.compile(
     r"^(nvidia\.com/|amd\.com/gpu|gpu\.intel\.com/|tencent\.com/vcuda-|volcano\.sh/vgpu-)"
 )
 # An extended resource name is a DNS-subdomain prefix and a qualified name.
@@ -71,15 +73,12 @@ BackendFunc = Callable[[Pool, Fraction, Placement | None], GpuRequest]
 
 
 def _checked_amount(amount: Fraction) -> Fraction:
-    amount = Fraction(amount)
-    if amount <= 0:
-        raise ValueError(f"A booking must hold more than zero GPUs, not {format_amount(amount)}.")
-    if amount > 1 and amount.denominator != 1:
-        raise ValueError(
-            f"{format_amount(amount)} GPUs cannot go into one pod: more than one GPU must be "
-            "a whole number."
-        )
-    return amount
+    """``amount`` if it follows the core's amount rule; ValueError (a misconfiguration here: the
+    service placed the booking) otherwise."""
+    broken = amount_rule_broken(amount)
+    if broken:
+        raise ValueError(f"{broken}.")
+    return Fraction(amount)
 
 
 def _gpus_touched(amount: Fraction) -> int:
@@ -96,13 +95,10 @@ def _share_of_each_gpu(amount: Fraction) -> Fraction:
 
 def _slices(pool: Pool, amount: Fraction) -> int:
     """Slices held in total (``amount`` × ``slices_per_gpu``); refuses amounts between slices."""
-    slices = _checked_amount(amount) * pool.slices_per_gpu
-    if slices.denominator != 1:
-        raise ValueError(
-            f"Pool {pool.name} splits each GPU into {pool.slices_per_gpu} slice(s), so "
-            f"{format_amount(amount)} GPU is not a whole number of slices."
-        )
-    return int(slices)
+    try:
+        return pool.slices_of(amount)
+    except InvalidRequest as off_grid:
+        raise ValueError(off_grid.message) from None
 
 
 def _required_memory(pool: Pool) -> int:
@@ -366,8 +362,9 @@ def _owned_env(key: str) -> bool:
     return key.startswith(BOOKING_ENV_PREFIX)
 
 
-def _gpu_resource(key: str) -> bool:
-    return bool(_GPU_RESOURCE_RE.match(key))
+def is_gpu_resource(name: str, extra_names: Iterable[str] = ()) -> bool:
+    """Whether ``name`` counts GPUs: a device plugin's resource or a pool's own (``extra_names``)."""
+    return bool(GPU_RESOURCE_PATTERN.match(name)) or name in set(extra_names)
 
 
 @dataclass(frozen=True)
@@ -410,11 +407,11 @@ class PodSettings:
             priority = existing.get("priority_class_name", "")
         return {
             "extra_resource_limits": {
-                **_without(current("extra_resource_limits"), _gpu_resource),
+                **_without(current("extra_resource_limits"), is_gpu_resource),
                 **self.extra_resource_limits,
             },
             "extra_resource_guarantees": {
-                **_without(current("extra_resource_guarantees"), _gpu_resource),
+                **_without(current("extra_resource_guarantees"), is_gpu_resource),
                 **self.extra_resource_guarantees,
             },
             "node_selector": {**current("node_selector"), **self.node_selector},

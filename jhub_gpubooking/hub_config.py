@@ -15,6 +15,7 @@ import os
 import secrets
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -57,6 +58,11 @@ HUB_POD_ENVIRONMENT = (
 DEFAULT_SERVICE_NAME = "gpu-booking"
 DEFAULT_SERVICE_URL = "http://127.0.0.1:10101"
 
+#: The Hub's own page templates this package extends (the "server not running" page links to
+#: booking again), and the template variable carrying the reservation page's URL.
+HUB_TEMPLATES = str(Path(__file__).parent / "templates" / "hub")
+PAGE_URL_TEMPLATE_VAR = "gpu_booking_page_url"
+
 
 def service_role_name(service_name: str) -> str:
     """The role ``configure`` grants the service's scopes through."""
@@ -71,6 +77,16 @@ def _configured_list(section: Config, key: str) -> list:
     if isinstance(value, LazyConfigValue):
         return list(value.get_value([]))
     return list(value)
+
+
+def _configured_dict(section: Config, key: str) -> dict:
+    """A dict-valued option as configured so far, including a lazy ``.update``."""
+    if key not in section:
+        return {}
+    value = section[key]
+    if isinstance(value, LazyConfigValue):
+        return dict(value.get_value({}))
+    return dict(value)
 
 
 def _add_missing(existing: Iterable[str], wanted: Iterable[str]) -> list[str]:
@@ -129,6 +145,9 @@ def configure(
       starts from the Hub's default scopes).
     - **The token** shared by service and spawner: ``api_token``, else the entry's, else a random
       one (service and spawner then get a new one at every Hub start, together).
+    - **The Hub's "server not running" page** links to the reservation page ("Book again"):
+      :data:`HUB_TEMPLATES` appended to ``c.JupyterHub.template_paths`` (an admin's own
+      templates stay first) and the page's URL in ``c.JupyterHub.template_vars``.
     - **The spawner** (unless ``spawner=False``): ``c.JupyterHub.spawner_class = "gpubooking"``
       and ``c.GPUBookingSpawner.booking_api_url / booking_api_token / booking_service_name``.
       ``booking_api_url`` defaults to loopback on the service's port, under the Hub's
@@ -175,9 +194,17 @@ def configure(
                 new_role={"scopes": _default_user_scopes() if user_role == "user" else []})
     c.JupyterHub.load_roles = roles
 
+    # a booking's end stops the server: the Hub's "server not running" page links to booking again
+    base_url = c.JupyterHub.base_url if "base_url" in c.JupyterHub else "/"
+    template_vars = _configured_dict(c.JupyterHub, "template_vars")
+    template_vars.setdefault(PAGE_URL_TEMPLATE_VAR, url_path_join(base_url, "services", name) + "/")
+    c.JupyterHub.template_vars = template_vars
+    c.JupyterHub.template_paths = _add_missing(
+        _configured_list(c.JupyterHub, "template_paths"), [HUB_TEMPLATES]
+    )
+
     if spawner:
         if booking_api_url is None:
-            base_url = c.JupyterHub.base_url if "base_url" in c.JupyterHub else "/"
             port = urlparse(service["url"]).port or 80
             booking_api_url = url_path_join(f"http://127.0.0.1:{port}", base_url,
                                             f"services/{name}/")

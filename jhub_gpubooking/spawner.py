@@ -2,9 +2,9 @@
 
 Admins keep their ordinary ``profile_list``; a profile becomes a GPU profile by naming a
 booking pool (``"gpu_pool": "a100"``). At every start :meth:`load_user_options` asks the
-booking service for the user's active booking in that pool, claims it for this server and
-merges the booked share into KubeSpawner's pod traits. The form never decides: it only shows
-what the server will check again.
+booking service, in one request, to claim the user's active booking in that pool for this
+server, and merges the booked share into KubeSpawner's pod traits. The form never decides: it
+only shows what the server will check again.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Any
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader
 from jupyterhub.utils import maybe_future, url_path_join
 from kubespawner import KubeSpawner
+from sqlalchemy.orm import object_session
+from sqlalchemy.orm.exc import UnmappedInstanceError
 from tornado import web
-from traitlets import Callable, Dict, Float, Integer, Unicode, Union, default
+from traitlets import Callable, Dict, Float, Instance, Integer, Unicode, Union, default
 
 from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
     BOOKING_FIELD_PREFIX,
@@ -26,8 +28,6 @@ from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
     SERVICE_UNAVAILABLE_MESSAGE,
     checked_profile,
     chooser_profiles,
-    claim_order,
-    current_bookings,
     gpu_label,
     server_text,
     share_text,
@@ -35,20 +35,15 @@ from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
 from .client import BookingClient, BookingRefused, BookingServiceUnavailable
 from .core.clock import SystemClock
 from .core.lifecycle import SERVER_STATE_BOOKING_KEY
-from .core.model import Booking, Placement, Pool, format_amount
-from .core.timegrid import parse_time
+from .core.model import Booking, Pool, format_amount
+from .core.wire import booking_from_json, pool_from_json
 from .gpu import PodSettings, booking_pod_settings
+from .lab.access import GPUBookingLabAccess
 
 try:  # JupyterHub >= 6 has a dedicated exception for refused spawns
     from jupyterhub.spawner import SpawnException
 except ImportError:  # JupyterHub 5.x
     SpawnException = None
-
-#: Keys of the service's pool JSON that describe the pool itself (the rest is derived).
-_POOL_KEYS = (
-    "name", "nodes", "slices_per_gpu", "display_name", "gpu_model", "gpu_memory_mib",
-    "backend", "gpu_uuids", "node_selector", "resource_name", "description",
-)
 
 #: Key under which the claimed booking id survives Hub restarts in the spawner state; the
 #: service reads it (admin:server_state) to stop a server only for the booking it runs on.
@@ -69,32 +64,6 @@ def booking_refusal(message: str, *, reason: str, status_code: int = 403) -> web
         error = web.HTTPError(status_code, message)
     error.jupyterhub_message = message
     return error
-
-
-def pool_from_json(data: dict) -> Pool:
-    """A core Pool from the service's ``GET api/pools`` entry."""
-    return Pool.from_config({key: data[key] for key in _POOL_KEYS if data.get(key) is not None})
-
-
-def booking_from_json(data: dict, pool: Pool) -> Booking:
-    """A core Booking from the service's JSON; the amount comes from exact slices."""
-    placement = data.get("placement")
-    return Booking(
-        id=data["id"],
-        user=data["user"],
-        pool=data["pool"],
-        amount=pool.slices_to_amount(data["slices"]),
-        start=parse_time(data["start"], "start"),
-        end=parse_time(data["end"], "end"),
-        placement=Placement(
-            node=placement["node"], gpus=tuple(placement["gpus"]), slices=placement["slices"]
-        )
-        if placement
-        else None,
-        note=data.get("note", ""),
-        server=data.get("server"),
-        opportunistic=bool(data.get("opportunistic")),
-    )
 
 
 class GPUBookingSpawner(KubeSpawner):
@@ -156,7 +125,7 @@ class GPUBookingSpawner(KubeSpawner):
         ``activeDeadlineSeconds`` of every GPU pod, counted from its start: a far backstop for
         when the booking service cannot stop servers. 0 (the default) sets no deadline. The
         booking's end is enforced by the service, which stops the server at the end plus
-        ``GPUBookingService.end_grace_seconds`` and follows every extension; Kubernetes cannot
+        ``Lifecycle.end_grace_seconds`` and follows every extension; Kubernetes cannot
         raise a running pod's deadline, so set this above the longest booking anyone (admins
         included) may hold, or an extended server is cut short. Capped at 2^31-1.
         """,
@@ -176,7 +145,7 @@ class GPUBookingSpawner(KubeSpawner):
         config=True,
         help="""
         PriorityClass given to pods running on an opportunistic grant (a GPU used without a
-        booking, see ``GPUBookingService.opportunistic_enabled``): a low, preemptible class so
+        booking, see ``Opportunistic.opportunistic_enabled``): a low, preemptible class so
         the scheduler evicts them first. None keeps ``booked_priority_class_name``.
         """,
     )
@@ -189,6 +158,12 @@ class GPUBookingSpawner(KubeSpawner):
         settings, like the built-in ones in ``jhub_gpubooking.gpu``.
         """,
     )
+
+    lab_access = Instance(GPUBookingLabAccess, help="What booked GPU servers' JupyterLab gets.")
+
+    @default("lab_access")
+    def _lab_access_default(self) -> GPUBookingLabAccess:
+        return GPUBookingLabAccess(parent=self)
 
     @default("booking_page_url")
     def _booking_page_url_default(self) -> str:
@@ -218,20 +193,20 @@ class GPUBookingSpawner(KubeSpawner):
             profiles = await maybe_future(profiles(self))
         return self._get_initialized_profile_list(self._sorted_dict_values(profiles))
 
-    async def _pools_and_bookings(self, *, with_upcoming: bool):
-        """Pools by name and the user's active (and upcoming) bookings, as the service sees them."""
+    async def _pools_and_bookings(self):
+        """Pools by name and the user's active and upcoming bookings, for the chooser."""
         if not self.booking_api_url:
             raise BookingServiceUnavailable("GPUBookingSpawner.booking_api_url is not set")
         client = self._booking_client()
-        requests = [client.pools(), client.active_bookings(self.user.name)]
-        if with_upcoming:
-            requests.append(self._upcoming_bookings(client))
         try:
-            pools, active, *upcoming = await asyncio.gather(*requests)
+            pools, active, upcoming = await asyncio.gather(
+                client.pools(), client.active_bookings(self.user.name),
+                self._upcoming_bookings(client),
+            )
         except BookingRefused as refused:
             # a refused read means a wrong token or URL: an operator problem, not the user's
             raise BookingServiceUnavailable(f"booking service refused: {refused}") from refused
-        return {pool["name"]: pool for pool in pools}, active, upcoming[0] if upcoming else []
+        return {pool["name"]: pool for pool in pools}, active, upcoming
 
     async def _upcoming_bookings(self, client: BookingClient) -> list[dict]:
         # only a hint in the chooser ("Next: …"), so its failure must not hide the rest
@@ -252,7 +227,7 @@ class GPUBookingSpawner(KubeSpawner):
         pools, active, upcoming, opportunistic = None, [], [], None
         if any(profile.get("gpu_pool") for profile in profiles):
             try:
-                pools, active, upcoming = await self._pools_and_bookings(with_upcoming=True)
+                pools, active, upcoming = await self._pools_and_bookings()
                 opportunistic = await self._opportunistic_availability()
             except BookingServiceUnavailable as error:
                 self.log.warning("Chooser for %s without bookings: %s", self._log_name, error)
@@ -331,10 +306,28 @@ class GPUBookingSpawner(KubeSpawner):
             self._load_profile(profile["slug"], profiles)
             if claimed:
                 self._apply_booking(*claimed)
+                self._save_claim_in_hub_state()
         except Exception:
             # the pod will not start on this booking: give it back at once
             await self._release_claim()
             raise
+
+    def _save_claim_in_hub_state(self) -> None:
+        """Store the claim in the Hub's database now, not only once the start succeeds.
+
+        A Hub restarted while this start runs (an upgrade, a crashed hub pod) adopts the pod as
+        running with the state it last stored; the service stops a server at its booking's end
+        only when that state names the booking, so without this such a pod would outlive its
+        booking for good.
+        """
+        try:
+            session = object_session(self.orm_spawner)
+        except UnmappedInstanceError:
+            session = None
+        if session is None:
+            return  # not a Hub's spawner (tests, tools)
+        self.orm_spawner.state = self.get_state()
+        session.commit()
 
     def _chosen_profile(self, profiles: list[dict]) -> dict:
         slug = (self.user_options or {}).get("profile")
@@ -352,57 +345,77 @@ class GPUBookingSpawner(KubeSpawner):
         return self._get_profile(slug, profiles)
 
     async def _claim_booking(self, pool_name: str) -> tuple[Pool, Booking]:
-        """Claim the user's active booking in ``pool_name`` for this server, or refuse."""
+        """Claim the user's active booking in ``pool_name`` for this server, or refuse.
+
+        One request (``POST api/pools/{pool}/claim``): the service picks the booking by the
+        rule of :mod:`jhub_gpubooking.core.choice` (the one chosen in the form, else this
+        server's, else the longest-running and then largest unused one), falls back to an
+        opportunistic grant, claims it, and answers with the pool and the booking.
+        """
+        if not self.booking_api_url:
+            self.log.error("GPU start of %s refused: booking_api_url is not set", self._log_name)
+            raise booking_refusal(
+                SERVICE_UNAVAILABLE_MESSAGE, reason="gpu_booking_unavailable", status_code=503
+            )
+        chosen = self._chosen_booking_id()
         try:
-            pools, active, _ = await self._pools_and_bookings(with_upcoming=False)
+            answer = await self._booking_client().claim_in_pool(
+                pool_name, self.user.name, self.name, chosen
+            )
         except BookingServiceUnavailable as error:
             self.log.error("GPU start of %s refused, service down: %s", self._log_name, error)
             raise booking_refusal(
                 SERVICE_UNAVAILABLE_MESSAGE, reason="gpu_booking_unavailable", status_code=503
             ) from error
-        pool = pools.get(pool_name)
-        if pool is None:
-            raise booking_refusal(
+        except BookingRefused as refused:
+            raise self._claim_refusal(pool_name, refused) from refused
+        pool = pool_from_json(answer["pool"])
+        booking = booking_from_json(answer["booking"], pool)
+        self._claimed_booking_id = booking.id
+        return pool, booking
+
+    def _claim_refusal(self, pool_name: str, refused: BookingRefused) -> web.HTTPError:
+        """The sentence for a refused pool claim, by the service's ``reason``."""
+        reason = refused.details.get("reason")
+        if reason is None and refused.status in (401, 403, 404):
+            # a refused token, a wrong URL or a service without this route: an operator
+            # problem, not the user's
+            self.log.error("GPU start of %s refused by the service: %s", self._log_name, refused)
+            return booking_refusal(
+                SERVICE_UNAVAILABLE_MESSAGE, reason="gpu_booking_unavailable", status_code=503
+            )
+        if reason == "pool_unknown":
+            return booking_refusal(
                 f"The GPU pool '{pool_name}' of this server option is not offered by the "
                 "booking service; please tell your JupyterHub administrator.",
                 reason="gpu_pool_unknown",
             )
-        candidates = claim_order(
-            current_bookings(active, pool_name, SystemClock().now()),
-            self.name,
-            self._chosen_booking_id(),
-        )
-        if not candidates:
-            candidates = [await self._opportunistic_grant(pool)]
-        first_conflict = None
-        client = self._booking_client()
-        for candidate in candidates:
-            try:
-                claimed = await client.claim(candidate["id"], self.name)
-            except BookingServiceUnavailable as error:
-                self.log.error("Claim for %s failed, service down: %s", self._log_name, error)
-                raise booking_refusal(
-                    SERVICE_UNAVAILABLE_MESSAGE,
-                    reason="gpu_booking_unavailable",
-                    status_code=503,
-                ) from error
-            except BookingRefused as refused:
-                if refused.status != 409:
-                    raise booking_refusal(refused.message, reason="gpu_claim_refused") from refused
-                first_conflict = first_conflict or (candidate, refused)
-                continue
-            self._claimed_booking_id = claimed["id"]
-            core_pool = pool_from_json(pool)
-            return core_pool, booking_from_json(claimed, core_pool)
-        candidate, refused = first_conflict
-        holder = candidate.get("server")
-        raise booking_refusal(
-            f"Your {gpu_label(pool)} booking is already used by {server_text(holder)}."
-            if holder is not None
-            else refused.message,
-            reason="gpu_booking_in_use",
-            status_code=409,
-        )
+        pool = refused.details.get("pool")
+        label = gpu_label(pool) if isinstance(pool, dict) else pool_name
+        if reason == "not_booked":
+            self.log.info("No booking or grant for %s: %s", self._log_name, refused)
+            return booking_refusal(
+                f"You have no active {label} booking right now; book one at "
+                f"{self.booking_page_url} and start again.",
+                reason="gpu_not_booked",
+            )
+        if reason == "none_free":
+            self.log.info("No booking or grant for %s: %s", self._log_name, refused)
+            return booking_refusal(
+                f"You have no active {label} booking right now and none is free to use "
+                f"without one; book one at {self.booking_page_url} and start again.",
+                reason="gpu_not_booked",
+            )
+        if reason == "in_use":
+            holder = refused.details.get("server")
+            return booking_refusal(
+                f"Your {label} booking is already used by {server_text(holder)}."
+                if isinstance(holder, str)
+                else refused.message,
+                reason="gpu_booking_in_use",
+                status_code=409,
+            )
+        return booking_refusal(refused.message, reason="gpu_claim_refused")
 
     def _chosen_booking_id(self) -> int | None:
         """The booking the user picked in the chooser (several active in one pool), if any."""
@@ -427,28 +440,6 @@ class GPUBookingSpawner(KubeSpawner):
         if picked:
             options[BOOKING_OPTION] = picked
         return options
-
-    async def _opportunistic_grant(self, pool: dict) -> dict:
-        """Without a booking, a grant on GPUs nobody booked (when the service allows it)."""
-        not_booked = (
-            f"You have no active {gpu_label(pool)} booking right now; book one at "
-            f"{self.booking_page_url} and start again."
-        )
-        try:
-            return await self._booking_client().grant_opportunistic(self.user.name, pool["name"])
-        except BookingServiceUnavailable as error:
-            # e.g. a service without opportunistic use: the user simply has no booking
-            self.log.warning("No opportunistic grant for %s: %s", self._log_name, error)
-        except BookingRefused as refused:
-            if refused.status == 409:
-                not_booked = (
-                    f"You have no active {gpu_label(pool)} booking right now and none is free "
-                    f"to use without one; book one at {self.booking_page_url} and start again."
-                )
-            elif refused.status != 403:
-                raise booking_refusal(refused.message, reason="gpu_not_booked") from refused
-            self.log.info("No opportunistic grant for %s: %s", self._log_name, refused)
-        raise booking_refusal(not_booked, reason="gpu_not_booked")
 
     def _reset_booking_traits(self) -> None:
         """Start every load from the configured values of the traits a booking decides.
@@ -486,7 +477,7 @@ class GPUBookingSpawner(KubeSpawner):
                 reason="gpu_pool_misconfigured",
                 status_code=500,
             ) from misconfigured
-        settings.apply_to(self)
+        self.lab_access.booked_server_settings(self, settings).apply_to(self)
         self.log.info(
             "%s starts on booking %s: %s of pool %s on node %s",
             self._log_name,
@@ -520,7 +511,15 @@ class GPUBookingSpawner(KubeSpawner):
         try:
             await super().stop(now=now)
         finally:
-            await self._release_claim()
+            # KubeSpawner's own start calls stop() to clear a leftover pod of the same name (and
+            # then creates the pod again) or to clean up before it fails: the claim must outlive
+            # that, or another server takes the booking while this pod starts on it. A start
+            # that fails after all gives the claim back in _release_after_failed_start.
+            if not self._start_running():
+                await self._release_claim()
+
+    def _start_running(self) -> bool:
+        return self._start_future is not None and not self._start_future.done()
 
     async def _release_claim(self) -> None:
         """Give the claimed booking back (best effort: the service also expires stale claims)."""

@@ -24,7 +24,9 @@ ensure_venv() {
     stamp="$(cat "$REPO_ROOT/setup.cfg" "${constraints[1]:-/dev/null}" | sha256sum | cut -c1-16)"
     if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ]; then
         VENV="$venv"
-        return 0
+        # every time: a rebuilt labextension has new file names (content hashes)
+        copy_data_files "$venv"
+        return
     fi
     log "installing the '$set' dependency set into $venv"
     [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
@@ -40,8 +42,44 @@ ensure_venv() {
         return 1
     fi
     "$venv/bin/python" -c "import jhub_gpubooking, jupyterhub, kubespawner, sqlalchemy, tornado" || return 1
+    copy_data_files "$venv" || return 1
     echo "$stamp" > "$venv/.stamp"
     VENV="$venv"
+}
+
+# An editable install leaves out setup.cfg's [options.data_files] (the Jupyter server extension's
+# enabling config, the prebuilt labextension): copy each into the venv where the wheel puts it, so
+# the single-user servers of the tests and the demo load them as a user image's would. Copies, not
+# links: tornado >= 6.5.9 refuses to serve static files through symlinks leading out of their folder
+# (the labextension would not load on the latest set). The files copied last time are listed in
+# the venv, so one that is gone from the checkout (an older build's remoteEntry.<hash>.js) goes too.
+copy_data_files() {
+    "$1/bin/python" - "$REPO_ROOT" "$1" <<'PY'
+import configparser, json, pathlib, shutil, sys
+repo, venv = (pathlib.Path(arg) for arg in sys.argv[1:])
+record = venv / ".data-files.json"
+config = configparser.ConfigParser()
+config.optionxform = str  # keep the target folders' case
+config.read(repo / "setup.cfg")
+wanted = {}
+for target, sources in config["options.data_files"].items():
+    for pattern in sources.split():
+        for source in sorted(repo.glob(pattern)):
+            wanted[venv / target / source.name] = source
+previous = json.loads(record.read_text()) if record.exists() else []
+for name in previous:  # relative to the venv
+    if venv / name not in wanted:
+        (venv / name).unlink(missing_ok=True)
+for copy, source in wanted.items():
+    for folder in reversed(copy.relative_to(venv).parents):
+        if (venv / folder).is_symlink():  # a whole folder linked by an older setup
+            (venv / folder).unlink()
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    if copy.is_symlink():  # a link made by an older setup
+        copy.unlink()
+    shutil.copyfile(source, copy)
+record.write_text(json.dumps(sorted(str(path.relative_to(venv)) for path in wanted)))
+PY
 }
 
 # What the tests need besides Python: a browser and the proxy.

@@ -54,7 +54,8 @@ HUB_START_TIMEOUT_SECONDS = 90
 #: Pools used by the test Hub's service unless a test passes its own.
 DEFAULT_TEST_POOLS = [
     {"name": "a100", "nodes": {"node-a": 2, "node-b": 2}, "display_name": "A100 80GB"},
-    {"name": "shared", "nodes": {"node-s": 1}, "slices_per_gpu": 4, "backend": "hami"},
+    {"name": "shared", "nodes": {"node-s": 1}, "slices_per_gpu": 4, "backend": "hami",
+     "gpu_memory_mib": 23034},
 ]
 
 

@@ -4,6 +4,8 @@ are consistent with each other; the simulator's own measures are checked on hand
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -12,13 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.lab_trace import (
-    Outcome,
-    classify_refusal,
-    first_fit,
-    jain_index,
-    reused_gpu_hours,
-)
+from benchmarks.common import median_ci
+from benchmarks.lab_trace import TARGETS, jain_index, reused_gpu_hours
+from benchmarks.trace_replay import Outcome, classify_refusal, first_fit
 from benchmarks.tracegen import TraceShape, generate
 from jhub_gpubooking.core.errors import NoCapacity
 from jhub_gpubooking.core.model import Booking, Placement, Pool
@@ -51,28 +49,73 @@ def booking(node: str, gpus: tuple[int, ...], slices: int, start_hour: float, en
 
 
 def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
-    output, results = run_script("lab_trace", tmp_path, "--seed", "3")
+    output, results = run_script("lab_trace", tmp_path, "--seeds", "3,4")
 
-    assert "| replay " in output and "Targets (best fit, the product)" in output
+    assert "| replay " in output and "Targets (re-placing + waitlist), seeds 3, 4" in output
+    assert "| offline optimum (ILP)" in output
     bound = results["bound_gpu_hours"]
-    assert 0 < results["time_resolved_bound_gpu_hours"] <= bound + 1e-6
+    resolved = results["time_resolved_bound_gpu_hours"]
+    assert 0 < resolved <= bound + 1e-6
     names = [r["replay"] for r in results["replays"]]
-    assert names == ["best fit (product)", "first fit", "whole GPUs, best fit",
-                     "best fit, no no-show release"]
+    assert names == [
+        "re-placing + waitlist", "best fit + waitlist", "best fit, no waitlist",
+        "first fit + waitlist", "whole GPUs, re-placing + waitlist",
+        "re-placing + waitlist, no-show 10 min", "re-placing + waitlist, no-show 30 min",
+        "re-placing + waitlist, no no-show release",
+    ]
     for replay in results["replays"]:
         assert replay["admitted_requests"] + replay["refused_requests"] == replay["requests"]
-        assert replay["admitted_gpu_hours"] <= bound + 1e-6
         assert replay["share_of_bound"] == pytest.approx(replay["admitted_gpu_hours"] / bound)
+        assert replay["share_of_time_resolved_bound"] == pytest.approx(
+            replay["admitted_gpu_hours"] / resolved)
         assert replay["fragmentation_refusals"] == (
             replay["refusals_fragmentation_spatial"] + replay["refusals_fragmentation_temporal"]
-        )
+        ) == (replay["fragmentation_refusals_avoidable"]
+              + replay["fragmentation_refusals_blocked_by_started"])
         assert 0 <= replay["reused_gpu_hours"] <= replay["released_gpu_hours"] + 1e-9
         assert replay["released_gpu_hours"] <= replay["no_show_gpu_hours"] + 1e-9
+        assert 0 <= replay["booked_from_waitlist"] <= replay["waited_requests"]
         assert 0 < replay["fairness"] <= 1
         assert all(0 <= share <= 1 for share in replay["refused_share_by_amount"].values())
-    no_release = results["replays"][3]
-    assert no_release["released_gpu_hours"] == no_release["reused_gpu_hours"] == 0
-    assert results["targets"]["share_of_bound"] == results["replays"][0]["share_of_bound"]
+    by_name = {r["replay"]: r for r in results["replays"]}
+    assert by_name["best fit, no waitlist"]["waited_requests"] == 0
+    assert by_name["best fit + waitlist"]["moved_bookings"] == 0
+    never = by_name["re-placing + waitlist, no no-show release"]
+    assert never["released_gpu_hours"] == never["reused_gpu_hours"] == 0
+
+    # the targets: exactly the six names, each on both seeds, the first seed's from its replays
+    targets = results["targets"]
+    assert list(targets) == list(TARGETS) == [
+        "share_of_time_resolved_bound", "fragmentation_refusals_avoidable",
+        "fragmentation_refusals_blocked_by_started", "no_show_reclaimed", "jain",
+        "whole_gpu_gain",
+    ]
+    product, whole = by_name["re-placing + waitlist"], by_name["whole GPUs, re-placing + waitlist"]
+    first = {name: entry["seeds"]["3"] for name, entry in targets.items()}
+    assert first == {
+        "share_of_time_resolved_bound": product["share_of_time_resolved_bound"],
+        "fragmentation_refusals_avoidable": product["fragmentation_refusals_avoidable"],
+        "fragmentation_refusals_blocked_by_started":
+            product["fragmentation_refusals_blocked_by_started"],
+        "no_show_reclaimed": product["no_show_reclaimed"],
+        "jain": product["fairness"],
+        "whole_gpu_gain": pytest.approx(product["admitted_gpu_hours"] / whole["admitted_gpu_hours"]),
+    }
+    assert all(set(entry["seeds"]) == {"3", "4"} for entry in targets.values())
+
+    exact = results["exact_avoidable"]
+    assert exact["possibly_avoidable"] == first["fragmentation_refusals_avoidable"]
+    assert exact["checked"] == min(5, exact["possibly_avoidable"])
+    assert exact["avoidable"] + exact["not_avoidable"] + exact["undecided"] == exact["checked"]
+    assert "Exact check (seed 3, re-placing + waitlist)" in output
+
+    optimum = results["offline_optimum"]
+    assert optimum["optimal"] and optimum["optimum_gpu_hours"] <= optimum["demand_gpu_hours"]
+    for name, admitted in optimum["online_gpu_hours"].items():
+        # the optimum is exact: no online scheduler admits more under the same rules
+        assert admitted <= optimum["optimum_gpu_hours"] + 1e-9
+        assert optimum["online_share_of_optimum"][name] == pytest.approx(
+            admitted / optimum["optimum_gpu_hours"])
 
 
 def test_scaling_prints_latencies_for_both_history_sizes(tmp_path):
@@ -88,6 +131,40 @@ def test_scaling_prints_latencies_for_both_history_sizes(tmp_path):
         assert backend["median_ratio"] == pytest.approx(
             backend["large"]["median_ms"] / backend["small"]["median_ms"]
         )
+
+
+def test_busy_pool_splits_create_latencies_by_outcome(tmp_path):
+    output, results = run_script("busy_pool", tmp_path)
+
+    assert "| backend " in output and "| sqlite " in output
+    assert results["pool"] == {"nodes": 16, "gpus_per_node": 8, "slices_per_gpu": 4}
+    for backend in results["results"]:
+        assert backend["upcoming"] == 300 and backend["creates"] == 20
+        counts = {outcome: backend[outcome]["count"] for outcome in ("placed", "moved", "refused")}
+        assert sum(counts.values()) == backend["all"]["count"] == 20
+        # the tiny pool is as busy as the full one: some requests get in only by moving bookings
+        assert counts["moved"] > 0 and backend["bookings_moved"] >= counts["moved"]
+        for outcome in ("all", "placed", "moved"):
+            measured = backend[outcome]
+            assert 0 < measured["median_ms"] <= measured["p99_ms"]
+            assert 0 <= measured["median_cpu_ms"] <= measured["p99_cpu_ms"]
+
+
+def test_create_cost_measures_the_services_own_cpu_per_create_and_listing(tmp_path):
+    output, results = run_script("create_cost", tmp_path)
+
+    assert "service CPU ms/create" in output and "| sqlite  | spawner (state=upcoming) " in output
+    (sqlite,) = results["results"]
+    assert sqlite["creates"] == 10 and sqlite["create_cpu_ms"] > 0
+    assert set(sqlite["lists"]) == {"page (start=now)", "spawner (state=upcoming)",
+                                    "first page (limit=10)"}
+    for cost in sqlite["lists"].values():
+        assert cost["small"] > 0 and cost["ratio"] == pytest.approx(cost["large"] / cost["small"])
+    assert results["targets"] == {
+        "list_ratio": max(sqlite["lists"][name]["ratio"]
+                          for name in ("page (start=now)", "spawner (state=upcoming)")),
+        "create_cpu_ms": {"sqlite": sqlite["create_cpu_ms"]},
+    }
 
 
 @pytest.mark.e2e
@@ -112,6 +189,21 @@ def test_api_throughput_measures_every_operation_against_a_real_hub(tmp_path):
         operations["booking create"]["requests_per_second"]
         / operations["hub GET api/user"]["requests_per_second"]
     )
+    # creates one at a time (4) and arriving open loop (5 clients x 2) at half the Hub's rate
+    latency = sqlite["latency"]
+    assert [latency["unloaded create"]["requests"], latency["open-loop create"]["requests"]] == [
+        4, 10]
+    assert latency["open-loop create"]["failures"] == {}
+    assert sqlite["open_loop_rate"] == pytest.approx(
+        0.5 * operations["hub GET api/user"]["requests_per_second"])
+    assert sqlite["queueing_ms"]["p99"] == pytest.approx(
+        latency["open-loop create"]["p99_ms"] - latency["unloaded create"]["p99_ms"])
+    assert results["targets"] == {
+        "create_vs_hub": {"sqlite": sqlite["create_vs_hub"]},
+        "create_cpu_ms": {"sqlite": operations["booking create"]["cpu_ms_per_request"]["service"]},
+        "hub_cpu_ms": {"sqlite": operations["hub GET api/user"]["cpu_ms_per_request"]["hub"]},
+        "open_loop_p99_ms": {"sqlite": latency["open-loop create"]["p99_ms"]},
+    }
 
 
 @pytest.mark.e2e
@@ -132,6 +224,27 @@ def test_spawn_overhead_times_both_spawners_and_the_gate(tmp_path):
     assert results["median_ratio"] == pytest.approx(
         results["gated"]["median_ms"] / results["plain"]["median_ms"]
     )
+    # the overhead is judged on pairs: the i-th gated and plain spawns of one round
+    ratios = [g / p for g, p in zip(samples["gated"], samples["plain"])]
+    targets = results["targets"]
+    assert targets["spawn_median_ratio"] == pytest.approx(statistics.median(ratios))
+    low, high = targets["spawn_ratio_ci95"]
+    assert min(ratios) <= low <= targets["spawn_median_ratio"] <= high <= max(ratios)
+    assert targets["spawn_ratio_ci_coverage"] == 0.5  # two pairs: [min, max] covers only 50%
+    assert targets["gate_p99_ms"] == results["gate"]["p99_ms"]
+    assert "median of pair ratios" in output and "confidence interval (exact)" in output
+
+
+def test_median_ci_takes_the_exact_order_statistics():
+    # n = 60: ranks 22 and 39 hold the median with 97.3% (rank 23/38 would be under 95%)
+    low, high, coverage = median_ci([float(i) for i in range(60, 0, -1)])
+    assert (low, high) == (22.0, 39.0)
+    assert coverage == pytest.approx(1 - 2 * sum(math.comb(60, i) for i in range(22)) / 2**60)
+    assert coverage >= 0.95 > 1 - 2 * sum(math.comb(60, i) for i in range(23)) / 2**60
+    # six samples reach 96.9% with min and max; five cannot reach 95% and say so
+    assert median_ci([3, 1, 2, 6, 5, 4]) == (1, 6, pytest.approx(1 - 2 / 64))
+    assert median_ci([3, 1, 2, 5, 4]) == (1, 5, pytest.approx(1 - 2 / 32))
+    assert median_ci([7]) == (7, 7, 0.0)
 
 
 # ---------------------------------------------------------------- the simulator's measures

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jhub_gpubooking.admission.integration import ClusterIntegration
-from jhub_gpubooking.inventory_sync import flagged_routes
-from jhub_gpubooking.service.app import GPUBookingService, service_routes
-from jhub_gpubooking.service.lifecycle import LifecycleService
+from jhub_gpubooking.service.app import COMPONENTS, GPUBookingService
+from jhub_gpubooking.service.flagged import flagged_routes
 from jhub_gpubooking.service.metrics import ServiceMetrics
+from jhub_gpubooking.service.routes import service_routes
 from jhub_gpubooking.spawner import GPUBookingSpawner
 
 DOCS = Path(__file__).parents[1] / "docs"
@@ -107,47 +106,53 @@ def test_service_reference_lists_every_own_option(built_site):
     page = (built_site / "reference" / "service-config.html").read_text()
     options = own_config_traits(GPUBookingService)
     assert {"db_url", "pools", "default_policy", "group_policies", "spawner_services"} <= options
-    # the lifecycle and cluster-integration mixins' options are the service's options too
-    assert {
-        "end_grace_seconds",
-        "no_show_minutes",
-        "webhook_port",
-        "inventory_from_nodes",
-    } <= options
     assert [name for name in sorted(options) if f"GPUBookingService.{name}" not in page] == []
+    # every component's section is listed too, under its own class name
+    missing = [
+        f"{component.__name__}.{name}"
+        for component in COMPONENTS
+        for name in sorted(mixin_traits(component))
+        if f"{component.__name__}.{name}" not in page
+    ]
+    assert missing == []
 
 
-#: The service's option mixins and the how-to pages that explain their options.
-MIXIN_PAGES = {
-    "LifecycleService": ["lifecycle"],
-    "ClusterIntegration": ["admission-webhook", "discover-pools"],
-    "PlanningOptions": ["budgets-and-series"],
-    "OpportunisticService": ["opportunistic"],
+#: The service's components and the how-to pages that explain their options.
+COMPONENT_PAGES = {
+    "Lifecycle": ["lifecycle"],
+    "EmailWarnings": ["lifecycle"],
+    "ClusterAccess": ["discover-pools"],
+    "AdmissionWebhook": ["admission-webhook"],
+    "NodeInventory": ["discover-pools"],
+    "Budgets": ["budgets-and-series"],
+    "RecurringSeries": ["budgets-and-series"],
+    "Opportunistic": ["opportunistic"],
+    "Waitlist": ["waitlist"],
     "GPUMonitoring": ["opportunistic"],
+    "ReservationPage": ["pools"],
 }
 
 
 @pytest.mark.docs
-def test_how_to_pages_explain_every_option_of_the_service_mixins(built_site):
-    mixins = {cls.__name__: cls for cls in GPUBookingService.__mro__}
-    assert {LifecycleService, ClusterIntegration} <= set(mixins.values())
+def test_how_to_pages_explain_every_option_of_the_service_components(built_site):
+    assert set(COMPONENT_PAGES) == {component.__name__ for component in COMPONENTS}
     missing = []
-    for mixin_name, pages in MIXIN_PAGES.items():
-        if mixin_name not in mixins:
-            continue  # not (or no longer) part of the service
+    for component in COMPONENTS:
+        pages = COMPONENT_PAGES[component.__name__]
         text = "".join(page_text(built_site / "howto" / f"{page}.html") for page in pages)
-        missing += [name for name in sorted(mixin_traits(mixins[mixin_name])) if name not in text]
+        missing += [f"{component.__name__}.{name}" for name in sorted(mixin_traits(component))
+                    if name not in text]
     assert missing == []
 
 
 def test_every_option_the_pages_name_exists():
     classes = {"GPUBookingService": GPUBookingService, "GPUBookingSpawner": GPUBookingSpawner}
+    classes.update({component.__name__: component for component in COMPONENTS})
+    pattern = rf"\b({'|'.join(classes)})\.(\w+)"
     named = {
         (page.name, cls, name)
         for page in HAND_WRITTEN
-        for cls, name in re.findall(
-            r"\b(GPUBookingService|GPUBookingSpawner)\.(\w+)", page.read_text()
-        )
+        for cls, name in re.findall(pattern, page.read_text())
     }
     assert len(named) > 20
     unknown = [
@@ -216,7 +221,7 @@ def test_cli_and_metrics_pages_come_from_the_code(built_site):
 def test_tutorial_shows_every_screenshot(built_site):
     tutorial = (built_site / "tutorial" / "demo.html").read_text()
     shots = sorted(path.name for path in (DOCS / "_static" / "screenshots").glob("*.png"))
-    assert {"reservation-page.png", "chooser.png", "jupyterlab.png"} <= set(shots)
+    assert {"reservation-page.png", "chooser.png", "jupyterlab.png", "jupyterlab-booking.png"} <= set(shots)
     assert [name for name in shots if f'src="../_images/{name}"' not in tutorial] == []
 
 

@@ -83,6 +83,17 @@ def test_service_port_is_reachable_from_the_proxy(chart):
         "to": [{"podSelector": {"matchLabels": hub_pods}}],
         "ports": [{"port": port, "protocol": "TCP"}],
     } in values["proxy"]["chp"]["networkPolicy"]["egress"]
+    # JupyterLab on booked GPU servers reaches the service the same way, with the server's token
+    user_pods = {"app.kubernetes.io/name": "jupyterhub",
+                 "app.kubernetes.io/component": "singleuser-server"}
+    assert {
+        "from": [{"podSelector": {"matchLabels": user_pods}}],
+        "ports": [{"port": port, "protocol": "TCP"}],
+    } in hub["networkPolicy"]["ingress"]
+    assert {
+        "to": [{"podSelector": {"matchLabels": hub_pods}}],
+        "ports": [{"port": port, "protocol": "TCP"}],
+    } in values["singleuser"]["networkPolicy"]["egress"]
 
 
 # --- hub.extraConfig, run the way the hub image's jupyterhub_config.py runs it --------------

@@ -10,7 +10,13 @@ from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 import jhub_gpubooking
-from jhub_gpubooking.hub_config import HUB_POD_ENVIRONMENT, OAUTH_SCOPES, SERVICE_SCOPES, configure
+from jhub_gpubooking.hub_config import (
+    HUB_POD_ENVIRONMENT,
+    HUB_TEMPLATES,
+    OAUTH_SCOPES,
+    SERVICE_SCOPES,
+    configure,
+)
 
 ACCESS = "access:services!service=gpu-booking"
 
@@ -51,6 +57,22 @@ def test_a_bare_config_gets_everything(monkeypatch):
     assert c.GPUBookingSpawner.booking_api_url == "http://127.0.0.1:10101/services/gpu-booking/"
     assert c.GPUBookingSpawner.booking_api_token == "t0ken"
     assert c.GPUBookingSpawner.booking_service_name == "gpu-booking"
+    # the Hub's "server not running" page links to booking again
+    assert c.JupyterHub.template_paths == [HUB_TEMPLATES]
+    assert c.JupyterHub.template_vars == {"gpu_booking_page_url": "/services/gpu-booking/"}
+
+
+def test_the_admins_templates_and_variables_stay_first():
+    c = Config()
+    c.JupyterHub.base_url = "/jhub/"
+    c.JupyterHub.template_paths = ["/etc/jupyterhub/templates"]
+    c.JupyterHub.template_vars.update({"announcement": "Maintenance on Friday"})
+    configure(c, name="gpus")
+    configure(c, name="gpus")  # twice changes nothing
+    assert c.JupyterHub.template_paths == ["/etc/jupyterhub/templates", HUB_TEMPLATES]
+    assert c.JupyterHub.template_vars == {
+        "announcement": "Maintenance on Friday", "gpu_booking_page_url": "/jhub/services/gpus/",
+    }
 
 
 def test_the_package_offers_it():

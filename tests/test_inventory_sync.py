@@ -11,11 +11,12 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes_asyncio import config
 
+from jhub_gpubooking.cluster.nodes import ClusterInventory, NodeWatcher
 from jhub_gpubooking.core.clock import ManualClock
+from jhub_gpubooking.db.flags import BookingFlags
 from jhub_gpubooking.db.session import make_engine, make_session_factory, upgrade
 from jhub_gpubooking.db.store import BookingStore
 from jhub_gpubooking.devcluster import DevCluster, gpu_node
-from jhub_gpubooking.inventory_sync import BookingFlags, ClusterInventory, NodeWatcher
 
 NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
 START = datetime(2030, 5, 6, 10, 0, tzinfo=timezone.utc)

@@ -71,8 +71,11 @@ def test_the_sdist_carries_docs_helm_values_tests_and_the_vendored_z2jh_files(bu
         "tests/test_packaging.py", "tests/conftest.py", "vendor/z2jh/SOURCE",
         "vendor/z2jh/hub-image-requirements.txt", "scripts/test", "scripts/demo",
         "scripts/refresh-z2jh", "demo/launch.py", "README.md", "LICENSE", "CHANGELOG.md",
+        "labextension/package.json", "labextension/package-lock.json", "labextension/src/index.ts",
+        "labextension/prebuilt/package.json",
     } <= names
     assert not [name for name in names if name.endswith((".pyc", ".sqlite"))]
+    assert not [name for name in names if name.startswith(("labextension/node_modules/", "labextension/lib/"))]
 
 
 def wheel_metadata(wheel: Path) -> email.message.Message:
@@ -93,6 +96,7 @@ def test_the_wheel_has_an_spdx_license_and_project_urls(built):
 def test_the_wheel_holds_the_data_folders(built):
     with zipfile.ZipFile(built[1]) as archive:
         names = set(archive.namelist())
+    data = built[1].name.split("-py3")[0] + ".data/data"
     assert {
         "jhub_gpubooking/templates/service/reservation.html",
         "jhub_gpubooking/templates/spawner/form.html",
@@ -101,8 +105,22 @@ def test_the_wheel_holds_the_data_folders(built):
         "jhub_gpubooking/db/migrations/script.py.mako",
         "jhub_gpubooking/service/openapi.yaml",
         "jhub_gpubooking/devcluster/__main__.py",
+        # enables the JupyterLab server extension wherever the wheel is installed
+        f"{data}/etc/jupyter/jupyter_server_config.d/jhub_gpubooking.json",
     } <= names
     assert [n for n in names if n.startswith("jhub_gpubooking/db/migrations/versions/")]
+
+
+def test_the_wheel_carries_the_prebuilt_jupyterlab_extension(built):
+    """Where JupyterLab finds it after ``pip install``: no ``jupyter lab build``, no Node.js."""
+    prebuilt = REPO / "labextension" / "prebuilt"
+    with zipfile.ZipFile(built[1]) as archive:
+        shipped = {name.split("/share/jupyter/labextensions/jhub-gpubooking/", 1)[1]: archive.read(name)
+                   for name in archive.namelist() if "/share/jupyter/labextensions/jhub-gpubooking/" in name}
+    committed = {str(path.relative_to(prebuilt)): path.read_bytes()
+                 for path in prebuilt.rglob("*") if path.is_file()}
+    assert shipped == committed
+    assert "package.json" in shipped and any(name.startswith("static/remoteEntry.") for name in shipped)
 
 
 def imported_distributions(files: list[Path]) -> set[str]:
@@ -131,10 +149,15 @@ def declared(metadata: email.message.Message, extra: str | None = None) -> set[s
 def test_requirements_are_exactly_what_the_package_imports(built):
     metadata = wheel_metadata(built[1])
     cluster = sorted((PACKAGE / "devcluster").rglob("*.py"))
-    rest = sorted(set(PACKAGE.rglob("*.py")) - set(cluster))
+    lab_server = [PACKAGE / "lab" / "handlers.py"]  # runs in the user's single-user server
+    rest = sorted(set(PACKAGE.rglob("*.py")) - set(cluster) - set(lab_server))
     assert declared(metadata) == imported_distributions(rest)
     # the simulated cluster's own needs are its extra, not every hub's
     assert declared(metadata, "devcluster") == imported_distributions(cluster) - declared(metadata)
+    # the user image's: the server extension's imports, and JupyterLab to show the labextension
+    assert declared(metadata, "lab") - {"jupyterlab"} == (
+        imported_distributions(lab_server) - declared(metadata)
+    )
 
 
 def test_the_wheel_installs_on_the_hub_image_pins_without_extras(built, tmp_path):

@@ -7,18 +7,16 @@ Every refusal is a :class:`RuleBroken` whose message is one sentence naming the 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 from ..core.model import Pool
+
+# a pod asking for any GPU resource of gpu.py's backends needs a booking; pools may rename their
+# resource, and those names are passed in at run time
+from ..gpu import is_gpu_resource
 from ..quantity import parse_quantity
 
-# Resources of every backend in gpu.py (and the usual device plugins): a pod asking for any of
-# them needs a booking. Pools may rename their resource; those names are added at run time.
-GPU_RESOURCE_PATTERN = re.compile(
-    r"^(nvidia\.com/|amd\.com/gpu|gpu\.intel\.com/|tencent\.com/vcuda-|volcano\.sh/vgpu-)"
-)
 VCUDA_CORE = "tencent.com/vcuda-core"
 VCUDA_MEMORY = "tencent.com/vcuda-memory"
 HAMI_MEMORY = "nvidia.com/gpumem"
@@ -27,10 +25,6 @@ HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
 
 class RuleBroken(ValueError):
     """A pod breaks an admission rule; ``str(error)`` is the sentence the user sees."""
-
-
-def is_gpu_resource(name: str, extra_names: Iterable[str] = ()) -> bool:
-    return bool(GPU_RESOURCE_PATTERN.match(name)) or name in set(extra_names)
 
 
 def _containers(pod: Mapping) -> list[tuple[str, Mapping]]:

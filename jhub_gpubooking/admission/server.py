@@ -1,6 +1,6 @@
 """The admission webhook's HTTP side: Tornado handlers and the TLS server that runs them.
 
-It runs inside the booking service process (see ``GPUBookingService.webhook_port``), so it
+It runs inside the booking service process (see ``AdmissionWebhook.webhook_port``), so it
 reads the same database and the same live pools as the REST API, with no second deployment.
 ``POST /mutate`` answers a MutatingWebhookConfiguration (verdict plus JSONPatch) and
 ``POST /validate`` a ValidatingWebhookConfiguration (verdict only, re-checked on the final pod
@@ -145,7 +145,8 @@ class AdmissionHandler(web.RequestHandler):
                     return verdict
                 if await self.claim(verdict):
                     return verdict
-                # another pod took the booking between the read and the claim: look again
+                # another pod took the booking between the read and the claim, or it moved:
+                # look again
             return Verdict(allowed=False, message="The GPU booking covering this pod was just "
                            "taken by another pod; one booking admits one pod at a time.")
         except (HTTPClientError, OSError, SQLAlchemyError) as error:
@@ -160,9 +161,16 @@ class AdmissionHandler(web.RequestHandler):
         server; False when another holder got it first."""
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self.executor, self.store.claim, verdict.booking.id,
-                                       verdict.claim)
+            claimed = await loop.run_in_executor(self.executor, self.store.claim,
+                                                 verdict.booking.id, verdict.claim)
         except Conflict:
+            return False
+        if claimed.placement != verdict.booking.placement:
+            # moved to let another request in just before it started (its placement was
+            # provisional until then): the patch would pin the old GPUs, so give the claim back
+            # and review again with the final placement, which a claim keeps
+            await loop.run_in_executor(self.executor, self.store.release, verdict.booking.id,
+                                       verdict.claim)
             return False
         log.info("Booking %s claimed by %s", verdict.booking.id, verdict.claim)
         return True

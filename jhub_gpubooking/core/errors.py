@@ -46,7 +46,8 @@ class Conflict(BookingError):
 
 
 class NoCapacity(Conflict):
-    """Nothing can be placed: names the first full interval and what is still bookable there."""
+    """Nothing can be placed: names the first full interval and what is still bookable there,
+    and, when known, ``next_free``: the earliest (start, end) of the same length that fits."""
 
     def __init__(
         self,
@@ -54,8 +55,10 @@ class NoCapacity(Conflict):
         full_start: datetime,
         full_end: datetime,
         largest_bookable: Fraction,
+        next_free: tuple[datetime, datetime] | None = None,
     ):
         super().__init__(message)
         self.full_start = full_start
         self.full_end = full_end
         self.largest_bookable = largest_bookable
+        self.next_free = next_free

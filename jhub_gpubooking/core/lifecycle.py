@@ -8,12 +8,12 @@ and the mail server. Keeping the rules here lets tests replay a day of bookings 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from .model import Booking, BookingState
+from .model import Booking, BookingState, Pool
 from .timegrid import ceil_to_grid
 
 
@@ -31,15 +31,38 @@ class ActionKind(str, enum.Enum):
     RELEASE = "release"  # give the rest of the booking back
 
 
+def minutes_or_none(minutes: int) -> timedelta | None:
+    """A rule's wait from its setting in minutes (0 switches the rule off)."""
+    return timedelta(minutes=minutes) if minutes > 0 else None
+
+
 @dataclass(frozen=True)
 class LifecycleRules:
-    """The timing settings (``None`` switches a rule off)."""
+    """The timing settings (``None`` switches a rule off).
+
+    ``no_show_after`` holds for every pool not named in ``pool_no_show_after`` (the pools that
+    set their own ``no_show_minutes``, see :meth:`for_pools`).
+    """
 
     slot_minutes: int = 15
     end_grace: timedelta = timedelta(0)
     warn_before: timedelta | None = None
     no_show_after: timedelta | None = None
     stopped_release_after: timedelta | None = None
+    pool_no_show_after: Mapping[str, timedelta | None] = field(default_factory=dict)
+
+    def no_show_after_for(self, pool: str) -> timedelta | None:
+        """How long a booking of ``pool`` may stay unclaimed after its start (None: forever)."""
+        return self.pool_no_show_after.get(pool, self.no_show_after)
+
+    def for_pools(self, pools: Iterable[Pool]) -> LifecycleRules:
+        """These rules with the no-show time of every pool that sets ``no_show_minutes``."""
+        own = {
+            pool.name: minutes_or_none(pool.no_show_minutes)
+            for pool in pools
+            if pool.no_show_minutes is not None
+        }
+        return replace(self, pool_no_show_after=own)
 
 
 @dataclass(frozen=True)
@@ -97,7 +120,8 @@ def _release_reason(
 ) -> ReleaseReason | None:
     booking = facts.booking
     if not facts.ever_claimed:
-        if rules.no_show_after is not None and now >= booking.start + rules.no_show_after:
+        no_show_after = rules.no_show_after_for(booking.pool)
+        if no_show_after is not None and now >= booking.start + no_show_after:
             return ReleaseReason.NO_SHOW
         return None
     if (
@@ -117,9 +141,15 @@ class ServerUse(str, enum.Enum):
     """What the Hub says about the server holding a booking."""
 
     ON_BOOKING = "on_booking"  # running (ready) on this booking
+    STARTING_ON_BOOKING = "starting_on_booking"  # its start claimed this booking, still pending
     BUSY = "busy"  # starting or stopping: look again later, and count it as in use
     NOT_ON_BOOKING = "not_on_booking"  # stopped, or running without this booking
     UNKNOWN = "unknown"  # the Hub did not say (unreachable, or the service lacks scopes)
+
+    @property
+    def on_booking(self) -> bool:
+        """Running or starting on this booking: the server to stop when the booking ends."""
+        return self in (ServerUse.ON_BOOKING, ServerUse.STARTING_ON_BOOKING)
 
 
 def server_use(servers: Mapping[str, Any] | None, server: str, booking_id: int) -> ServerUse:
@@ -130,11 +160,17 @@ def server_use(servers: Mapping[str, Any] | None, server: str, booking_id: int) 
     model = servers.get(server)
     if model is None:
         return ServerUse.NOT_ON_BOOKING
+    state = model.get("state")
+    names_booking = isinstance(state, Mapping) and state.get(SERVER_STATE_BOOKING_KEY) == booking_id
+    if model.get("pending") == "spawn" and names_booking:
+        # the Hub shows a pending start's live state: its spawner already claimed this booking,
+        # so at the booking's end the start is stopped (the Hub interrupts it) rather than
+        # left to come up on an ended booking
+        return ServerUse.STARTING_ON_BOOKING
     if model.get("pending") or not model.get("ready", True):
         return ServerUse.BUSY
-    state = model.get("state")
     if not isinstance(state, Mapping):
         return ServerUse.UNKNOWN
-    if state.get(SERVER_STATE_BOOKING_KEY) == booking_id:
+    if names_booking:
         return ServerUse.ON_BOOKING
     return ServerUse.NOT_ON_BOOKING

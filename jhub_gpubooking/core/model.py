@@ -31,6 +31,18 @@ class BookingState(str, enum.Enum):
     CANCELLED = "cancelled"
 
 
+def booking_state(status: str, start: datetime, end: datetime, now: datetime) -> BookingState:
+    """The one rule for what a booking is at ``now``: cancelled whatever its times, else upcoming
+    before its start, active in [start, end), ended after."""
+    if status == "cancelled":
+        return BookingState.CANCELLED
+    if now < start:
+        return BookingState.UPCOMING
+    if now < end:
+        return BookingState.ACTIVE
+    return BookingState.ENDED
+
+
 @dataclass(frozen=True)
 class Pool:
     """A set of identical GPUs, grouped by node, shared through one backend.
@@ -40,6 +52,8 @@ class Pool:
     ``resource_name`` overrides the backend's default extended resource (e.g. the MIG profile
     resource ``nvidia.com/mig-1g.10gb`` or a renamed ``nvidia.com/gpu.shared``).
     ``node_selector`` is added to every pod of the pool, next to the booked node.
+    ``no_show_minutes`` is this pool's no-show release time (None: the service's
+    ``Lifecycle.no_show_minutes``; 0: never released as a no-show).
     """
 
     name: str
@@ -53,6 +67,7 @@ class Pool:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     resource_name: str = ""
     description: str = ""
+    no_show_minutes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -80,6 +95,11 @@ class Pool:
                 )
         if self.gpu_memory_mib < 0:
             raise ValueError(f"Pool {self.name}: gpu_memory_mib must be >= 0.")
+        minutes = self.no_show_minutes
+        if minutes is not None and (
+            not isinstance(minutes, int) or isinstance(minutes, bool) or minutes < 0
+        ):
+            raise ValueError(f"Pool {self.name}: no_show_minutes must be an integer >= 0 or None.")
         if not self.display_name:
             object.__setattr__(self, "display_name", self.name)
         # freeze mappings so a Pool can be shared between threads safely
@@ -90,19 +110,10 @@ class Pool:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Pool:
         """Build a pool from a config dict (the service's ``pools`` trait entries)."""
-        allowed = {
-            "name", "nodes", "slices_per_gpu", "display_name", "gpu_model", "gpu_memory_mib",
-            "backend", "gpu_uuids", "node_selector", "resource_name", "description",
-        }
-        unknown = set(config) - allowed
-        if unknown:
-            raise ValueError(
-                f"Pool config {config.get('name', '?')!r} has unknown keys: {sorted(unknown)}; "
-                f"allowed: {sorted(allowed)}."
-            )
-        if "name" not in config or "nodes" not in config:
-            raise ValueError("Each pool config needs at least 'name' and 'nodes'.")
-        return cls(**dict(config))
+        # the pool's JSON shape is defined once, in core.wire, which builds on this module
+        from .wire import pool_from_config
+
+        return pool_from_config(config)
 
     @property
     def total_gpus(self) -> int:
@@ -116,29 +127,32 @@ class Pool:
         uuids = self.gpu_uuids.get(node)
         return uuids[index] if uuids else None
 
-    def amount_to_slices(self, amount: Fraction) -> int:
-        """Slices needed for ``amount`` GPUs; refuses amounts this pool cannot give."""
+    def slices_of(self, amount: Fraction) -> int:
+        """Slices ``amount`` GPUs hold in this pool; refuses amounts that break the amount rule
+        (:func:`amount_rule_broken`) or fall between this pool's slices."""
         amount = Fraction(amount)
-        if amount <= 0:
-            raise InvalidRequest("The number of GPUs must be greater than zero.")
-        if amount > 1 and amount.denominator != 1:
-            raise InvalidRequest(
-                f"{format_amount(amount)} GPUs cannot be booked: more than one GPU must be a "
-                f"whole number (a fraction always sits on a single GPU); {self._nearest(amount)}."
-            )
+        broken = amount_rule_broken(amount)
+        if broken:
+            raise InvalidRequest(f"{broken}." if amount <= 0 else f"{broken}; {self._nearest(amount)}.")
         slices = amount * self.slices_per_gpu
         if slices.denominator != 1:
             raise InvalidRequest(
                 f"Pool {self.display_name} shares each GPU in {self.slices_per_gpu} slice(s); "
                 f"{format_amount(amount)} GPU is not bookable here; {self._nearest(amount)}."
             )
+        return int(slices)
+
+    def amount_to_slices(self, amount: Fraction) -> int:
+        """Slices needed for ``amount`` GPUs; refuses amounts this pool cannot give (also more
+        GPUs than its largest node has)."""
+        slices = self.slices_of(amount)
         max_gpus = max(self.nodes.values())
-        if amount > max_gpus:
+        if Fraction(amount) > max_gpus:
             raise InvalidRequest(
                 f"Pool {self.display_name} has at most {max_gpus} GPU(s) on one node; a booking "
                 f"of {format_amount(amount)} GPUs cannot be placed on a single node."
             )
-        return int(slices)
+        return slices
 
     def nearest_amounts(self, amount: Fraction) -> list[Fraction]:
         """The bookable amounts just below and just above an off-grid ``amount`` (one if the
@@ -156,6 +170,21 @@ class Pool:
 
     def slices_to_amount(self, slices: int) -> Fraction:
         return Fraction(slices, self.slices_per_gpu)
+
+
+def amount_rule_broken(amount: Fraction) -> str | None:
+    """The rule every GPU amount follows, or how ``amount`` breaks it (a sentence without its
+    full stop): more than zero, and a fraction (< 1) sits on one GPU while more than one GPU
+    must be a whole number. Whether a pool can give it is :meth:`Pool.slices_of`'s question."""
+    amount = Fraction(amount)
+    if amount <= 0:
+        return f"A booking must hold more than zero GPUs, not {format_amount(amount)}"
+    if amount > 1 and amount.denominator != 1:
+        return (
+            f"{format_amount(amount)} GPUs cannot be booked: more than one GPU must be a whole "
+            "number (a fraction always sits on a single GPU)"
+        )
+    return None
 
 
 def parse_amount(value: Any) -> Fraction:
@@ -208,6 +237,17 @@ def format_amount(amount: Fraction) -> str:
     return f"{amount.numerator}/{amount.denominator}"
 
 
+#: Longest free text a person may attach (a booking's note, a maintenance window's reason).
+MAX_TEXT_LENGTH = 500
+
+
+def checked_text(value: Any, field: str) -> str:
+    """``value`` if it is text of at most :data:`MAX_TEXT_LENGTH` characters, else refused."""
+    if not isinstance(value, str) or len(value) > MAX_TEXT_LENGTH:
+        raise InvalidRequest(f"'{field}' must be text of at most {MAX_TEXT_LENGTH} characters.")
+    return value
+
+
 def amount_to_json(amount: Fraction) -> float | int:
     """Amounts in JSON are numbers (1/7 becomes 0.142857...; the 'slices' field is exact)."""
     amount = Fraction(amount)
@@ -221,9 +261,6 @@ class Placement:
     node: str
     gpus: tuple[int, ...]
     slices: int
-
-    def to_json(self) -> dict:
-        return {"node": self.node, "gpus": list(self.gpus), "slices": self.slices}
 
 
 @dataclass(frozen=True)
@@ -258,13 +295,7 @@ class Booking:
     series_id: int | None = None
 
     def state(self, now: datetime) -> BookingState:
-        if self.status == "cancelled":
-            return BookingState.CANCELLED
-        if now < self.start:
-            return BookingState.UPCOMING
-        if now < self.end:
-            return BookingState.ACTIVE
-        return BookingState.ENDED
+        return booking_state(self.status, self.start, self.end, now)
 
     @property
     def holds_capacity(self) -> bool:

@@ -15,10 +15,12 @@ GPUs, so untouched GPUs and nodes stay free for large whole-GPU bookings.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
+from itertools import accumulate
 
 from .errors import InvalidRequest, NoCapacity
 from .model import Booking, MaintenanceWindow, Placement, Pool, format_amount
@@ -87,13 +89,10 @@ class UsageTable:
             for g in gpu_positions:
                 changes[g][piece_of[begin]] += slices
                 changes[g][piece_of[finish]] -= slices
-        self.usage: list[list[int]] = []
-        for gpu_changes in changes:
-            running, row = 0, []
-            for change in gpu_changes[:pieces]:
-                running += change
-                row.append(running)
-            self.usage.append(row)
+        # running sums in C: a next-free search builds one table over weeks of bookings
+        self.usage: list[list[int]] = [
+            list(accumulate(gpu_changes[:pieces])) for gpu_changes in changes
+        ]
 
     @property
     def pieces(self) -> int:
@@ -105,6 +104,32 @@ class UsageTable:
 
     def column(self, piece: int) -> list[int]:
         return [row[piece] for row in self.usage]
+
+    def fits_during(self, amount: Fraction) -> Callable[[datetime, datetime], bool]:
+        """A test of whether ``amount`` fits somewhere during an interval inside the table's
+        range: ``fit(...) is not None`` for it, in time linear in the pool's GPUs, for a caller
+        that tries many intervals (the next-free search)."""
+        whole = amount >= 1
+        # the most a GPU may already use: none for whole GPUs, else room for the slices
+        most = 0 if whole else self.pool.slices_per_gpu - self.pool.amount_to_slices(amount)
+        # per GPU, how many pieces before each one are too full (running counts, in C)
+        too_full = [[0, *accumulate(map(most.__lt__, row))] for row in self.usage]
+        nodes: dict[str, list[list[int]]] = {}
+        for (node, _), counts in zip(self.gpus, too_full):
+            nodes.setdefault(node, []).append(counts)
+        wanted = int(amount)
+
+        def fits(start: datetime, end: datetime) -> bool:
+            first = bisect_right(self.boundaries, start) - 1
+            stop = bisect_left(self.boundaries, end)
+            if not whole:
+                return any(counts[stop] == counts[first] for counts in too_full)
+            return any(
+                sum(counts[stop] == counts[first] for counts in on_node) >= wanted
+                for on_node in nodes.values()
+            )
+
+        return fits
 
 
 def _holds(
@@ -223,6 +248,23 @@ def place(
     if placement is None:
         raise _no_capacity(pool, table, amount, slices)
     return placement
+
+
+def fit(
+    pool: Pool,
+    existing: Iterable[Booking],
+    start: datetime,
+    end: datetime,
+    amount: Fraction,
+    maintenance: Iterable[MaintenanceWindow] = (),
+) -> Placement | None:
+    """What :func:`place` answers, but None instead of the refusal when nothing fits (for a
+    caller that tries something else first: the refusal's text costs a search of its own)."""
+    start, end = _check_interval(start, end)
+    amount = Fraction(amount)
+    table = UsageTable(pool, existing, start, end, maintenance)
+    return _best_fit(pool, table.gpus, table.peaks(0, table.pieces), amount,
+                     pool.amount_to_slices(amount))
 
 
 def _no_capacity(pool: Pool, table: UsageTable, amount: Fraction, slices: int) -> NoCapacity:

@@ -23,14 +23,14 @@ def usage_report(store: BookingStore, start: datetime, end: datetime, by: str) -
         # the booked end is the later of the end and the end before an early release
         or_(BookingRow.end > start, BookingRow.released_end > start),
     )
-    with store._transaction() as session:
+    with store.read_transaction() as session:
         bookings = [booking_from_row(row) for row in session.scalars(statement)]
         usage = intervals_by_booking(session, [booking.id for booking in bookings])
-    return build_report(bookings, usage, start, end, by, store._now())
+    return build_report(bookings, usage, start, end, by, store.now())
 
 
 def running_usage(store: BookingStore) -> dict[int, Interval]:
     """The open usage interval of every booking a server holds right now."""
-    with store._transaction() as session:
+    with store.read_transaction() as session:
         rows = session.scalars(select(UsageIntervalRow).where(UsageIntervalRow.end.is_(None)))
         return {row.booking_id: Interval(row.start, row.end) for row in rows}

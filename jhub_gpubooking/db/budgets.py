@@ -123,5 +123,5 @@ class BudgetBook:
 def budgets_of_user(store, user: str, groups: Iterable[str]) -> list[BudgetStatus]:
     """The current period of every budget ``user`` books against (empty: no budget applies)."""
     book = store.budgets or BudgetBook({})
-    with store._transaction() as session:
-        return book.statuses(session, user, groups, store.policy_for(groups), store._now())
+    with store.read_transaction() as session:
+        return book.statuses(session, user, groups, store.policy_for(groups), store.now())

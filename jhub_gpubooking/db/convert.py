@@ -9,6 +9,7 @@ from typing import Any
 
 from ..core.model import Booking, MaintenanceWindow, Placement, Pool
 from ..core.timegrid import format_time
+from ..core.wire import pool_to_json
 from .models import BookingEventRow, BookingRow, MaintenanceWindowRow
 
 
@@ -54,11 +55,12 @@ def booking_from_row(row: BookingRow) -> Booking:
     )
 
 
-def booking_row(booking: Booking, pool: Pool, now: datetime) -> BookingRow:
-    """A new row for a placed booking (``booking.placement`` must be set)."""
+def booking_row(booking: Booking, pool: Pool, now: datetime) -> dict[str, Any]:
+    """The column values of a new row for a placed booking (``booking.placement`` must be set),
+    for an INSERT of the bookings table."""
     assert booking.placement is not None, "only placed bookings are stored"
     amount = Fraction(booking.amount)
-    return BookingRow(
+    return dict(
         user=booking.user,
         pool=booking.pool,
         slices=pool.amount_to_slices(amount),
@@ -81,6 +83,22 @@ def booking_row(booking: Booking, pool: Pool, now: datetime) -> BookingRow:
     )
 
 
+class _NewRow:
+    """Attribute access to the values of a row just inserted (its other columns are NULL)."""
+
+    def __init__(self, values: dict[str, Any]):
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
+def booking_from_new_row(booking_id: int, values: dict[str, Any]) -> Booking:
+    """The booking as :func:`booking_from_row` reads it back, from the values of its INSERT
+    (from :func:`booking_row`) and its new id: no second round trip to read it."""
+    return booking_from_row(_NewRow({**values, "id": booking_id}))
+
+
 def maintenance_from_row(row: MaintenanceWindowRow) -> MaintenanceWindow:
     return MaintenanceWindow(
         pool=row.pool, start=row.start, end=row.end, node=row.node, reason=row.reason, id=row.id
@@ -95,16 +113,4 @@ def event_from_row(row: BookingEventRow) -> BookingEvent:
 
 def pool_config(pool: Pool) -> dict[str, Any]:
     """The pool as JSON (what ``Pool.from_config`` accepts), stored in ``pools.config``."""
-    return {
-        "name": pool.name,
-        "nodes": dict(pool.nodes),
-        "slices_per_gpu": pool.slices_per_gpu,
-        "display_name": pool.display_name,
-        "gpu_model": pool.gpu_model,
-        "gpu_memory_mib": pool.gpu_memory_mib,
-        "backend": pool.backend,
-        "gpu_uuids": {node: list(uuids) for node, uuids in pool.gpu_uuids.items()},
-        "node_selector": dict(pool.node_selector),
-        "resource_name": pool.resource_name,
-        "description": pool.description,
-    }
+    return pool_to_json(pool)

@@ -1,7 +1,7 @@
 """Applying the lifecycle rules (:mod:`jhub_gpubooking.core.lifecycle`) to stored bookings.
 
 :meth:`BookingLifecycle.due` reads the bookings a rule may apply to and returns the actions;
-releases are applied here (each in its own locked transaction, re-checked under the lock),
+releases are applied here (each in its own unit of work, re-checked under the pool lock),
 warnings and server stops are done by the service, which then records them with
 :meth:`mark_warned` / :meth:`mark_stop_requested` so they happen once.
 """
@@ -25,6 +25,7 @@ from ..core.timegrid import as_utc, format_time
 from .convert import booking_from_row
 from .models import BookingRow
 from .store import BookingStore
+from .unit_of_work import UnitOfWork
 
 
 def facts_from_row(row: BookingRow) -> BookingFacts:
@@ -38,11 +39,19 @@ def facts_from_row(row: BookingRow) -> BookingFacts:
 
 
 class BookingLifecycle:
-    """The lifecycle side of a :class:`BookingStore` (same database, same locks)."""
+    """The lifecycle side of a :class:`BookingStore` (same database, same locks).
+
+    ``rules`` are the service-wide ones; each pool's own ``no_show_minutes`` is added from the
+    store's pools when the rules are applied (node discovery may replace those pools).
+    """
 
     def __init__(self, store: BookingStore, rules: LifecycleRules):
         self.store = store
         self.rules = rules
+
+    def pool_rules(self) -> LifecycleRules:
+        """The rules as they hold for the store's current pools."""
+        return self.rules.for_pools(self.store.pools.values())
 
     def due(self, now: datetime) -> list[Action]:
         """Every action the rules ask for at ``now`` (nothing is changed)."""
@@ -56,60 +65,59 @@ class BookingLifecycle:
                 BookingRow.server.is_not(None) & BookingRow.stop_requested_at.is_(None),
             ),
         )
-        with self.store._transaction() as session:
+        with self.store.read_transaction() as session:
             facts = [facts_from_row(row) for row in session.scalars(statement)]
-        actions = (decide(self.rules, fact, now) for fact in facts)
+        rules = self.pool_rules()
+        actions = (decide(rules, fact, now) for fact in facts)
         return [action for action in actions if action is not None]
 
     def release(self, action: Action, now: datetime, actor: str | None = None) -> Booking | None:
         """Apply a release if it still holds under the pool lock (a claim may have come in)."""
-        with self.store._transaction(write=True) as session:
-            row = self.store._lock_booking(session, action.booking_id)
-            again = decide(self.rules, facts_from_row(row), as_utc(now))
+        with self.store.unit_of_work() as work:
+            row = work.lock_booking(action.booking_id)
+            again = decide(self.pool_rules(), facts_from_row(row), as_utc(now))
             if again is None or again.kind is not ActionKind.RELEASE:
                 return None
-            self._release_row(session, row, again.new_end, again.reason.value, actor)
+            self.release_row(work, row, again.new_end, again.reason.value, actor)
             return booking_from_row(row)
 
     def release_now(self, booking_id: int, reason: str, actor: str | None) -> Booking | None:
         """Release a booking's remainder for ``reason`` regardless of the timing rules
         (preemption of an opportunistic grant). None when nothing is left to release."""
-        with self.store._transaction(write=True) as session:
-            row = self.store._lock_booking(session, booking_id)
+        with self.store.unit_of_work() as work:
+            row = work.lock_booking(booking_id)
             booking = booking_from_row(row)
-            new_end = release_end(booking, self.store._now(), self.rules.slot_minutes)
+            new_end = release_end(booking, self.store.now(), self.rules.slot_minutes)
             if row.status != "booked" or new_end is None:
                 return None
-            self._release_row(session, row, new_end, reason, actor)
+            self.release_row(work, row, new_end, reason, actor)
             return booking_from_row(row)
 
-    def _release_row(self, session, row: BookingRow, new_end: datetime, reason: str, actor):
-        self.store._record(
-            session,
-            row,
-            actor,
-            "reclaimed",
-            reason=reason,
-            old_end=format_time(row.end),
+    def release_row(
+        self, work: UnitOfWork, row: BookingRow, new_end: datetime, reason: str, actor: str | None
+    ) -> None:
+        """End the locked booking ``row`` early at ``new_end`` for ``reason``, in ``work``."""
+        work.record(
+            row, actor, "reclaimed", reason=reason, old_end=format_time(row.end),
             new_end=format_time(new_end),
         )
         # a second release keeps the end that was booked originally
         row.released_end = row.released_end or row.end
         row.release_reason = reason
         row.end = new_end
-        row.updated = self.store._stamp()
+        row.updated = self.store.stamp()
 
     def mark_warned(self, booking_id: int) -> Booking:
         """Remember that the user was warned about the booking's current end."""
-        with self.store._transaction(write=True) as session:
-            row = self.store._lock_booking(session, booking_id)
+        with self.store.unit_of_work() as work:
+            row = work.lock_booking(booking_id)
             row.warned_end = row.end
-            self.store._record(session, row, None, "end_warned", end=format_time(row.end))
+            work.record(row, None, "end_warned", end=format_time(row.end))
             return booking_from_row(row)
 
     def mark_stop_requested(self, booking_id: int, server: str) -> None:
         """Remember that the Hub was asked to stop the booking's server."""
-        with self.store._transaction(write=True) as session:
-            row = self.store._lock_booking(session, booking_id)
-            row.stop_requested_at = self.store._stamp()
-            self.store._record(session, row, None, "server_stop_requested", server=server)
+        with self.store.unit_of_work() as work:
+            row = work.lock_booking(booking_id)
+            row.stop_requested_at = self.store.stamp()
+            work.record(row, None, "server_stop_requested", server=server)

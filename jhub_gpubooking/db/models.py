@@ -185,3 +185,38 @@ class FeedTokenRow(Base):
     user: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class WaitRow(Base):
+    """A refused request on the waitlist (migration 0004); see :mod:`jhub_gpubooking.core.waitlist`.
+
+    ``start`` .. ``latest_start`` are the starts a booking of ``minutes`` may get (equal for a
+    wait on the very interval that was refused); ``booking_id`` is the booking it got.
+    """
+
+    __tablename__ = "waits"
+    __table_args__ = (
+        # serving reads a pool's waiting requests; the page reads one user's
+        Index("ix_waits_state_pool", "state", "pool"),
+        Index("ix_waits_user_state", "user", "state"),
+        CheckConstraint("state IN ('waiting', 'booked', 'expired', 'withdrawn')", name="state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name"))
+    amount_num: Mapped[int] = mapped_column(Integer)
+    amount_den: Mapped[int] = mapped_column(Integer)
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    latest_start: Mapped[datetime] = mapped_column(UTCDateTime)
+    minutes: Mapped[int] = mapped_column(Integer)
+    # served higher first, then in the order joined (Waitlist.group_priorities)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    # the user's Hub groups when joining: the policy the booking is checked against
+    groups: Mapped[list] = mapped_column(JSON)
+    note: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(16), default="waiting")
+    booking_id: Mapped[int | None] = mapped_column(ForeignKey("bookings.id"))
+    created: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_by: Mapped[str | None] = mapped_column(String(NAME_LENGTH))

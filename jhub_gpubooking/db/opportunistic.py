@@ -1,4 +1,4 @@
-"""Opportunistic grants and their preemption, on the same database and locks as the store.
+"""Opportunistic grants and their preemption, in the store's unit of work (same locks).
 
 A grant is an ordinary booking row marked ``opportunistic``: claims, releases, the lifecycle
 (stop at its end) and reports treat it like any other. Policy limits other than the pools a
@@ -17,11 +17,11 @@ from ..core import placement as placing
 from ..core.errors import Conflict, NoCapacity, PolicyViolation
 from ..core.model import Booking, format_amount, parse_amount
 from ..core.opportunistic import PREEMPTED, grant_interval, preemption_plan
-from ..core.timegrid import format_time
-from .convert import booking_from_row, booking_row
+from .convert import booking_from_row
 from .lifecycle import BookingLifecycle
 from .models import BookingRow
 from .store import BookingStore
+from .unit_of_work import UnitOfWork
 
 
 def _amount(gpus: Any) -> Fraction:
@@ -36,14 +36,13 @@ class OpportunisticBookings:
         self.lifecycle = lifecycle
 
     def interval(self, horizon_minutes: int) -> tuple[datetime, datetime]:
-        return grant_interval(self.store._now(), horizon_minutes, self.store.slot_minutes)
+        return grant_interval(self.store.now(), horizon_minutes, self.store.slot_minutes)
 
     def largest_grantable(self, pool: str, horizon_minutes: int) -> Fraction:
         """The most GPUs of ``pool`` a grant asked for now could get."""
-        pool_spec = self.store._pool(pool)
+        pool_spec = self.store.pool(pool)
         start, end = self.interval(horizon_minutes)
-        with self.store._transaction() as session:
-            bookings, windows = self.store._overlapping(session, pool, start, end)
+        bookings, windows = self.store.overlapping(pool, start, end)
         return placing.largest_bookable(pool_spec, bookings, start, end, windows)
 
     def grant(
@@ -60,7 +59,7 @@ class OpportunisticBookings:
         A user who already holds a running grant in the pool gets that one back, so a retried
         start never stacks grants.
         """
-        pool_spec = self.store._pool(pool)
+        pool_spec = self.store.pool(pool)
         amount = _amount(gpus)
         pool_spec.amount_to_slices(amount)
         allowed = self.store.policy_for(groups).allowed_pools
@@ -68,11 +67,10 @@ class OpportunisticBookings:
             raise PolicyViolation(
                 "allowed_pools", f"You may not use the GPU pool {pool}, not even when it is free."
             )
-        now = self.store._now()
+        now = self.store.now()
         start, end = grant_interval(now, horizon_minutes, self.store.slot_minutes)
-        with self.store._transaction(write=True) as session:
-            self.store._lock_pool(session, pool)
-            running = session.scalars(
+        with self.store.unit_of_work([pool]) as work:
+            running = work.session.scalars(
                 select(BookingRow).where(
                     BookingRow.user == user,
                     BookingRow.pool == pool,
@@ -84,7 +82,7 @@ class OpportunisticBookings:
             ).first()
             if running is not None:
                 return booking_from_row(running)
-            bookings, windows = self.store._overlapping(session, pool, start, end)
+            bookings, windows = work.overlapping(pool, start, end)
             try:
                 placed = placing.place(pool_spec, bookings, start, end, amount, windows)
             except NoCapacity:
@@ -102,22 +100,7 @@ class OpportunisticBookings:
                 groups=tuple(sorted(groups)),
                 opportunistic=True,
             )
-            row = booking_row(request, pool_spec, self.store._stamp())
-            session.add(row)
-            session.flush()
-            self.store._record(
-                session,
-                row,
-                actor or user,
-                "created",
-                gpus=str(amount),
-                start=format_time(start),
-                end=format_time(end),
-                node=placed.node,
-                gpu_indices=list(placed.gpus),
-                opportunistic=True,
-            )
-            return booking_from_row(row)
+            return work.add_placed(request, actor or user, opportunistic=True)
 
     def create_preempting(
         self, user: str, pool: str, gpus: Any, start: datetime, end: datetime, **options: Any
@@ -131,21 +114,20 @@ class OpportunisticBookings:
         """
         preempted: list[Booking] = []
 
-        def make_room(session, request: Booking, now: datetime) -> bool:
-            preempted[:] = self._preempt(session, request, now, options.get("actor"))
+        def make_room(work: UnitOfWork, request: Booking, now: datetime) -> bool:
+            preempted[:] = self.preempt(work, request, now, options.get("actor"))
             return bool(preempted)
 
         booking = self.store.create(user, pool, _amount(gpus), start, end, make_room=make_room,
                                     **options)
         return booking, preempted
 
-    def _preempt(
-        self, session, request: Booking, now: datetime, actor: str | None
+    def preempt(
+        self, work: UnitOfWork, request: Booking, now: datetime, actor: str | None
     ) -> list[Booking]:
-        """Release the grants that keep ``request`` from fitting (its pool is locked)."""
-        bookings, windows = self.store._overlapping(
-            session, request.pool, request.start, request.end
-        )
+        """Release, in ``work``, the grants that keep ``request`` from fitting (its pool is
+        locked); returns them as they are after their release."""
+        bookings, windows = work.overlapping(request.pool, request.start, request.end)
         plan = preemption_plan(
             self.store.pools[request.pool],
             bookings,
@@ -158,7 +140,7 @@ class OpportunisticBookings:
         )
         released = []
         for preemption in plan:
-            row = session.get(BookingRow, preemption.booking.id, with_for_update=True)
-            self.lifecycle._release_row(session, row, preemption.new_end, PREEMPTED, actor)
+            row = work.session.get(BookingRow, preemption.booking.id, with_for_update=True)
+            self.lifecycle.release_row(work, row, preemption.new_end, PREEMPTED, actor)
             released.append(booking_from_row(row))
         return released

@@ -1,7 +1,7 @@
 """Recurring bookings in the database: a series is booked, and cancelled, all or nothing.
 
 Every occurrence goes through the store's own checks and placement
-(:meth:`BookingStore._place`) inside one transaction holding the pool's lock, so occurrences
+(:meth:`.unit_of_work.UnitOfWork.place`) inside one unit of work holding the pool's lock, so occurrences
 count against each other (``max_bookings``, budgets, capacity) exactly as separate bookings
 would, and a refused series leaves nothing behind.
 """
@@ -15,14 +15,13 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ..core import policy as booking_policy
 from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
-from ..core.model import Booking, BookingState, parse_amount
+from ..core.model import Booking, BookingState, checked_text, parse_amount
 from ..core.recurrence import Occurrence
 from ..core.timegrid import as_utc, format_time
 from .convert import booking_from_row
 from .models import BookingRow, BookingSeriesRow
-from .store import MAX_TEXT_LENGTH, BookingStore
+from .store import BookingStore
 
 
 @dataclass(frozen=True)
@@ -80,77 +79,62 @@ def create_series(
     actor: str | None = None,
 ) -> Series:
     """Book every occurrence or none; raises :class:`SeriesRefused` (409) listing the misfits."""
-    pool_spec = store._pool(pool)
+    pool_spec = store.pool(pool)
     amount = gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
     pool_spec.amount_to_slices(amount)
-    if len(note) > MAX_TEXT_LENGTH:
-        raise InvalidRequest(f"The note may be at most {MAX_TEXT_LENGTH} characters long.")
+    checked_text(note, "note")
     if not occurrences:
         raise InvalidRequest("This series has no occurrences.")
-    now = store._now()
+    now = store.now()
     for occurrence in occurrences:
-        store._check_interval(occurrence.start, occurrence.end, now)
+        store.check_interval(occurrence.start, occurrence.end, now)
     groups = tuple(sorted(groups))
-    with store._transaction(write=True) as session:
-        store._lock_for_rules(session, pool, groups, is_admin)
+    with store.unit_of_work(store.pools_for_rules(pool, groups, is_admin)) as work:
         series_row = BookingSeriesRow(
-            user=user, pool=pool, repeat=repeat, note=note, created=store._stamp(),
+            user=user, pool=pool, repeat=repeat, note=note, created=store.stamp(),
             created_by=actor or user,
         )
-        session.add(series_row)
-        session.flush()
-        refusals, rows = [], []
+        work.session.add(series_row)
+        work.session.flush()
+        refusals, bookings = [], []
         for occurrence in occurrences:
             request = Booking(
                 user=user, pool=pool, amount=amount, start=occurrence.start,
                 end=occurrence.end, note=note, groups=groups, series_id=series_row.id,
             )
             try:
-                rows.append(store._place(session, request, groups, is_admin, now, actor or user))
+                bookings.append(work.place(request, groups, is_admin, now, actor or user))
             except BookingError as refused:
                 refusals.append(Refusal(occurrence, refused.status, refused.message))
         if refusals:
             # leaving the block with an exception rolls back every occurrence already placed
             raise SeriesRefused(refusals, len(occurrences))
-        return _series(series_row, rows)
+        return _series(series_row, bookings)
 
 
 def get_series(store: BookingStore, series_id: int) -> Series:
-    with store._transaction() as session:
+    with store.read_transaction() as session:
         series_row = session.get(BookingSeriesRow, series_id)
         if series_row is None:
             raise NotFound(f"There is no booking series with id {series_id}.")
-        return _series(series_row, _occurrence_rows(session, series_id))
+        rows = _occurrence_rows(session, series_id)
+        return _series(series_row, [booking_from_row(row) for row in rows])
 
 
 def cancel_series(store: BookingStore, series_id: int, actor: str | None) -> Series:
-    """Cancel every upcoming occurrence and end an active one at the next grid point; ended
-    and already cancelled occurrences stay as they are."""
-    now = store._now()
-    with store._transaction(write=True) as session:
-        series_row = session.get(BookingSeriesRow, series_id)
+    """Cancel every upcoming occurrence and end an active one now (as ``BookingStore.cancel``
+    does); ended and already cancelled occurrences stay as they are."""
+    with store.unit_of_work() as work:
+        series_row = work.session.get(BookingSeriesRow, series_id)
         if series_row is None:
             raise NotFound(f"There is no booking series with id {series_id}.")
-        store._lock_pool(session, series_row.pool)
-        rows = _occurrence_rows(session, series_id, lock=True)
-        kind = "cancelled" if actor == series_row.user else "force_cancelled"
+        work.lock_pools([series_row.pool])
+        rows = _occurrence_rows(work.session, series_id, lock=True)
+        now = store.stamp()
         for row in rows:
-            booking = booking_from_row(row)
-            if booking.state(now) not in (BookingState.UPCOMING, BookingState.ACTIVE):
-                continue
-            outcome = booking_policy.cancel_outcome(booking, now)
-            if outcome.status == "cancelled":
-                store._record(session, row, actor, kind, series_id=series_id)
-                row.status = "cancelled"
-            else:
-                store._record(
-                    session, row, actor, kind, series_id=series_id,
-                    old_end=format_time(row.end), new_end=format_time(outcome.end),
-                )
-                row.end = outcome.end
-                row.release_reason = outcome.release_reason
-            row.updated = store._stamp()
-        return _series(series_row, rows)
+            if booking_from_row(row).state(now) in (BookingState.UPCOMING, BookingState.ACTIVE):
+                work.cancel(row, actor, series_id=series_id)
+        return _series(series_row, [booking_from_row(row) for row in rows])
 
 
 def _occurrence_rows(session, series_id: int, lock: bool = False) -> list[BookingRow]:
@@ -162,10 +146,10 @@ def _occurrence_rows(session, series_id: int, lock: bool = False) -> list[Bookin
     return list(session.scalars(statement))
 
 
-def _series(row: BookingSeriesRow, bookings: list[BookingRow]) -> Series:
+def _series(row: BookingSeriesRow, bookings: list[Booking]) -> Series:
     return Series(
         id=row.id, user=row.user, pool=row.pool, repeat=row.repeat, note=row.note,
-        created=row.created, bookings=tuple(booking_from_row(b) for b in bookings),
+        created=row.created, bookings=tuple(bookings),
     )
 
 

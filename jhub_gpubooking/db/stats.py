@@ -25,7 +25,7 @@ def metrics_snapshot(store: BookingStore, now: datetime) -> tuple[dict[str, int]
     active = select(BookingRow).where(
         BookingRow.status != "cancelled", BookingRow.start <= now, BookingRow.end > now
     )
-    with store._transaction() as session:
+    with store.read_transaction() as session:
         for name, count in session.execute(select(state, func.count()).group_by(state)):
             counts[name] = count
         return counts, [booking_from_row(row) for row in session.scalars(active)]

@@ -16,17 +16,21 @@ from typing import Any
 
 from tornado import web
 
-from ..admission.review import holder_pod
 from ..core.errors import NotFound
-from ..core.lifecycle import ServerUse, server_use
-from ..core.model import BookingState, parse_amount
+from ..core.model import BookingState, checked_text, parse_amount
 from ..core.timegrid import ceil_to_grid, floor_to_grid, parse_time
-from ..db.store import MAX_TEXT_LENGTH
+from ..db.next_free import next_free
 from .base import BaseHandler, refusal
-from .serialize import availability_json, booking_json, maintenance_json, pool_json
+from .claims import IN_USE, POOL_UNKNOWN, PoolClaimRefused, claim_in_pool, holder_check
+from .serialize import (
+    availability_json,
+    booking_json,
+    extension_json,
+    maintenance_json,
+    next_free_json,
+    pool_json,
+)
 
-#: How long a claim may wait for the Hub to say whether another server still runs.
-HUB_CHECK_TIMEOUT_SECONDS = 10
 #: Largest id any backend stores (32-bit signed integer columns); larger ids cannot exist.
 MAX_ROW_ID = 2**31 - 1
 
@@ -146,7 +150,7 @@ class AvailabilityHandler(APIHandler):
         now = self.clock.now()
         start = floor_to_grid(self.time_argument("start", now), slot)
         end = ceil_to_grid(
-            self.time_argument("end", start + timedelta(days=self.service.page_days)), slot
+            self.time_argument("end", start + timedelta(days=self.service.page.page_days)), slot
         )
         if end <= start:
             raise refusal(400, "'end' must be after 'start'.")
@@ -156,6 +160,23 @@ class AvailabilityHandler(APIHandler):
             )
         intervals = await self.run_in_executor(self.store.availability, pool.name, start, end)
         self.write_json(availability_json(pool, start, end, slot, intervals))
+
+
+class NextFreeHandler(APIHandler):
+    """The earliest interval of ``minutes`` from ``after`` in which ``gpus`` are free now."""
+
+    async def get(self, pool_name: str) -> None:
+        principal = self.require_principal()
+        pool = self.pool_or_404(pool_name)
+        minutes = self.get_argument("minutes", "")
+        if not (minutes.isascii() and minutes.isdigit() and len(minutes) <= 6):
+            raise refusal(400, "'minutes' must be a whole number of minutes.")
+        gpus = parse_amount(self.get_argument("gpus", ""))
+        found = await self.run_in_executor(
+            next_free, self.store, pool.name, gpus, int(minutes), self.time_argument("after"),
+            groups=principal.groups if principal.is_user else (), is_admin=principal.is_admin,
+        )
+        self.write_json(next_free_json(pool, gpus, int(minutes), found))
 
 
 class BookingsHandler(APIHandler):
@@ -195,16 +216,14 @@ class BookingsHandler(APIHandler):
             raise refusal(400, "'user' must be a Hub user name.")
         if not principal.may_act_for(user):
             raise refusal(403, "Only booking administrators may book for another user.")
-        note = body.get("note", "")
-        if not isinstance(note, str) or len(note) > MAX_TEXT_LENGTH:
-            raise refusal(400, f"'note' must be text of at most {MAX_TEXT_LENGTH} characters.")
+        note = checked_text(body.get("note", ""), "note")
         if not isinstance(body["pool"], str):
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         self.pool_or_404(body["pool"])
         # groups are only known for the caller; an admin booking for someone else is exempt anyway
         groups = principal.groups if user == principal.name else ()
         # opportunistic grants in the booking's way are preempted (service/opportunistic.py)
-        booking = await self.service.create_booking(
+        booking = await self.service.opportunistic.create_booking(
             user,
             body["pool"],
             parse_amount(body["gpus"]),
@@ -237,6 +256,8 @@ class BookingHandler(APIHandler):
             groups=principal.groups if booking.user == principal.name else (),
             is_admin=principal.is_admin,
         )
+        if changed.end < booking.end:  # a shorter booking frees capacity for the waitlist
+            await self.service.waitlist.capacity_freed([changed.pool])
         self.write_json(self.booking_model(changed))
 
     async def delete(self, booking_id: str) -> None:
@@ -245,12 +266,44 @@ class BookingHandler(APIHandler):
         if not principal.may_act_for(booking.user):
             raise refusal(403, "Only the booking's owner or an administrator may cancel it.")
         cancelled = await self.run_in_executor(self.store.cancel, booking.id, actor=principal.name)
-        await self.service.stop_ended_booking_server(cancelled)
+        await self.service.lifecycle.stop_ended_booking_server(cancelled)
+        await self.service.waitlist.capacity_freed([cancelled.pool])
         self.write_json(self.booking_model(cancelled))
 
 
+class ExtensionHandler(APIHandler):
+    """The largest extension PATCH would accept right now, for the owner's JupyterLab."""
+
+    async def get(self, booking_id: str) -> None:
+        principal = self.require_principal()
+        booking = await self.readable_booking(booking_id)
+        if not principal.may_act_for(booking.user):
+            raise refusal(403, "Only the booking's owner or an administrator may extend it.")
+        # no policy bounds an admin's extension: look as far ahead as the reservation page does
+        booking, max_end, reason = await self.run_in_executor(
+            self.store.largest_extension,
+            booking.id,
+            timedelta(days=self.service.page.page_days),
+            groups=principal.groups if booking.user == principal.name else (),
+            is_admin=principal.is_admin,
+        )
+        self.write_json(
+            extension_json(self.booking_model(booking), booking.end, max_end, reason,
+                           self.clock.now())
+        )
+
+
+def checked_server(value: Any) -> str:
+    """The Hub server name of a claim or release body ("" is the default server)."""
+    if not isinstance(value, str):
+        raise refusal(400, "'server' must be a server name (\"\" for the default server).")
+    return value
+
+
 class ClaimHandler(APIHandler):
-    """``claim`` / ``release``: only the Hub's spawner (or an admin) binds bookings to servers."""
+    """``claim`` / ``release`` one booking: only the Hub's spawner (or an admin) binds bookings
+    to servers. Spawners claim through ``PoolClaimHandler`` in one round trip; this ``claim``
+    stays for older spawners and for admins, ``release`` is how every spawner gives one back."""
 
     action = "claim"
 
@@ -260,38 +313,51 @@ class ClaimHandler(APIHandler):
             raise refusal(
                 403, f"Only the Hub's spawner or an administrator may {self.action} bookings."
             )
-        body = self.json_body({"server"}, ("server",))
-        if not isinstance(body["server"], str):
-            raise refusal(400, "'server' must be a server name (\"\" for the default server).")
-        return body["server"]
-
-    async def holder_in_use(self, booking, holder: str) -> bool | None:
-        """Whether ``holder`` still uses ``booking``: True while its Hub server runs (or starts)
-        on it, False once the Hub shows it stopped or running without it, None when the Hub
-        cannot say (then the claim is refused: missing means unknown). A webhook ``pod:``
-        holder is the webhook's to release, so it counts as in use."""
-        if holder_pod(holder):
-            return True
-        servers = await self.service.hub_user_servers(booking.user)
-        use = server_use(servers, holder, booking.id)
-        return {ServerUse.ON_BOOKING: True, ServerUse.BUSY: True,
-                ServerUse.NOT_ON_BOOKING: False}.get(use)
+        return checked_server(self.json_body({"server"}, ("server",))["server"])
 
     async def post(self, booking_id: str) -> None:
         server = self.server_name()
         booking = await self.readable_booking(booking_id)
-        loop = asyncio.get_running_loop()
-
-        def is_running(other_server: str) -> bool | None:
-            # called by the store in an executor thread: hop onto the event loop for the Hub call
-            check = self.holder_in_use(booking, other_server)
-            future = asyncio.run_coroutine_threadsafe(check, loop)
-            return future.result(timeout=HUB_CHECK_TIMEOUT_SECONDS)
-
+        is_running = holder_check(self.service, booking, asyncio.get_running_loop())
         claimed = await self.run_in_executor(
             self.store.claim, booking.id, server, is_running=is_running
         )
         self.write_json(self.booking_model(claimed))
+
+
+class PoolClaimHandler(APIHandler):
+    """The spawn gate in one round trip (:func:`.claims.claim_in_pool`): the user's booking in
+    the pool claimed for a server, with the pool, or why not (``reason``) — Hub spawner and
+    admins only."""
+
+    async def post(self, pool_name: str) -> None:
+        principal = self.require_principal()
+        if not (principal.is_spawner or principal.is_admin):
+            raise refusal(403, "Only the Hub's spawner or an administrator may claim bookings.")
+        body = self.json_body({"user", "server", "booking"}, ("user", "server"))
+        user, server, chosen = body["user"], checked_server(body["server"]), body.get("booking")
+        if not isinstance(user, str) or not user:
+            raise refusal(400, "'user' must be a Hub user name.")
+        if chosen is not None and not (
+            type(chosen) is int and 0 <= chosen <= MAX_ROW_ID  # a bool is no id
+        ):
+            raise refusal(400, "'booking' must be the id of one of the user's bookings, or null.")
+        pool = self.service.pool_objects.get(pool_name)
+        if pool is None:
+            self.write_json({"status": 404, "reason": POOL_UNKNOWN,
+                             "message": f"There is no GPU pool named {pool_name!r}."}, 404)
+            return
+        try:
+            claimed = await claim_in_pool(self.service, user, pool, server, chosen,
+                                          actor=principal.name)
+        except PoolClaimRefused as refused:
+            answer = {"status": refused.status, "message": refused.message,
+                      "reason": refused.reason, "pool": pool_json(pool)}
+            if refused.reason == IN_USE:
+                answer["server"] = refused.holder
+            self.write_json(answer, refused.status)
+            return
+        self.write_json({"pool": pool_json(pool), "booking": self.booking_model(claimed)})
 
 
 class ReleaseHandler(ClaimHandler):
@@ -341,9 +407,7 @@ class MaintenanceListHandler(APIHandler):
             raise refusal(400, "'node' must be the name of one node of the pool, or null.")
         if node is not None and node not in pool.nodes:
             raise refusal(400, f"Pool {pool.name} has no node named {node!r}.")
-        reason = body.get("reason", "")
-        if not isinstance(reason, str) or len(reason) > MAX_TEXT_LENGTH:
-            raise refusal(400, f"'reason' must be text of at most {MAX_TEXT_LENGTH} characters.")
+        reason = checked_text(body.get("reason", ""), "reason")
         window, colliding = await self.run_in_executor(
             self.store.add_maintenance,
             pool.name,
@@ -368,6 +432,7 @@ class MaintenanceHandler(APIHandler):
             await self.run_in_executor(self.store.delete_maintenance, row_id(window_id))
         except NotFound:
             raise refusal(404, f"There is no maintenance window {window_id}.") from None
+        await self.service.waitlist.capacity_freed()
         self.set_status(204)
         self.finish()
 
@@ -377,8 +442,11 @@ def api_routes() -> list[tuple[str, type[web.RequestHandler]]]:
     return [
         ("api/pools", PoolsHandler),
         ("api/pools/{pool}/availability", AvailabilityHandler),
+        ("api/pools/{pool}/next-free", NextFreeHandler),
+        ("api/pools/{pool}/claim", PoolClaimHandler),
         ("api/bookings", BookingsHandler),
         ("api/bookings/{booking_id}", BookingHandler),
+        ("api/bookings/{booking_id}/extension", ExtensionHandler),
         ("api/bookings/{booking_id}/claim", ClaimHandler),
         ("api/bookings/{booking_id}/release", ReleaseHandler),
         ("api/users/{user}/bookings/active", ActiveBookingsHandler),

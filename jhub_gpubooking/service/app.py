@@ -8,130 +8,96 @@ Hub API URL/token and OAuth client. See ``docs`` for the Hub-side service defini
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import json
 import logging
 import os
-import re
 import secrets
 import signal
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
 
-from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
+from jupyterhub.services.auth import HubOAuth
 from jupyterhub.utils import url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from tornado.httpserver import HTTPServer
 from tornado.log import access_log
-from traitlets import Bool, Dict, Float, Instance, Integer, List, Unicode, default, validate
-from traitlets.config import Application, catch_config_error
+from traitlets import (
+    Bool,
+    Callable,
+    Dict,
+    Float,
+    Instance,
+    Integer,
+    List,
+    Unicode,
+    Union,
+    default,
+    validate,
+)
+from traitlets.config import Application, Config, catch_config_error
 
 from .._version import __version__
-from ..admission.integration import ClusterIntegration
+from ..cluster.access import ClusterAccess
+from ..cluster.nodes import NodeInventory
+from ..cluster.webhook import AdmissionWebhook
 from ..core.clock import Clock, SystemClock
 from ..core.model import Pool
 from ..core.policy import SAFE_DEFAULT_POLICY
+from ..db.flags import BookingFlags
 from ..db.session import DEFAULT_DB_URL
-from ..db.stats import metrics_snapshot
-from ..hub_config import SERVICE_SCOPES
-from .api import api_routes
-from .base import BaseHandler
-from .feeds import feed_routes
-from .lifecycle import LifecycleService
-from .lifecycle_api import lifecycle_routes
+from ..gpu import resolve_backends
+from .base import hub_user_model, refusal
+from .config_sections import move_options, moved_options
+from .email import EmailWarnings
+from .lifecycle import Lifecycle
 from .metrics import ServiceMetrics
 from .monitoring import GPUMonitoring
-from .opportunistic import OpportunisticService, opportunistic_routes
-from .planning import PlanningOptions, planning_routes
+from .opportunistic import Opportunistic
+from .pages import ReservationPage
+from .planning import Budgets, RecurringSeries
+from .pool_checks import check_pools
 from .ratelimit import WriteRateLimiter
+from .routes import UnknownPathHandler, service_handlers
+from .startup import hub_scopes_suffice, wait_for_database
+from .waitlist import Waitlist
 
-#: Seconds between two attempts to open a database that is unavailable at start, and between
-#: two log lines about it.
-DATABASE_RETRY_SECONDS = 2.0
-DATABASE_WAIT_LOG_SECONDS = 30.0
-
-#: Regular expression of each path parameter used in the route templates.
 #: Seconds the service waits, once told to stop, for requests in flight and database work;
 #: then it exits anyway (the z2jh hub pod has 30 s to stop the Hub and all its services).
 SHUTDOWN_SECONDS = 1.0
 
-#: Tries (one second apart) to ask the Hub for the service's own scopes at start.
-HUB_SCOPE_CHECK_ATTEMPTS = 3
-
-PATH_PARAMETER_PATTERNS = {"booking_id": r"\d+", "window_id": r"\d+", "series_id": r"\d+"}
-DEFAULT_PATH_PARAMETER_PATTERN = r"[^/]+"
-
-
-def template_to_pattern(template: str) -> str:
-    """``api/bookings/{booking_id}`` → ``api/bookings/(\\d+)`` (literal parts escaped)."""
-    pattern = ""
-    for literal, name in re.findall(r"([^{]*)(?:\{(\w+)\})?", template):
-        pattern += re.escape(literal)
-        if name:
-            pattern += f"({PATH_PARAMETER_PATTERNS.get(name, DEFAULT_PATH_PARAMETER_PATTERN)})"
-    return pattern
-
-
-class OAuthCallbackHandler(HubOAuthCallbackHandler):
-    """Finishes the Hub OAuth login with the service's configured HubOAuth."""
-
-    @property
-    def hub_auth(self) -> HubOAuth:
-        return self.settings["hub_auth"]
-
-
-class MetricsHandler(BaseHandler):
-    async def get(self) -> None:
-        if self.service.authenticate_metrics:
-            principal = self.require_principal()
-            if not (principal.is_admin or principal.kind == "service"):
-                raise web.HTTPError(403, "Only administrators and Hub services may read metrics.")
-        service = self.service
-        now = self.clock.now()
-        counts, active = await self.run_in_executor(metrics_snapshot, self.store, now)
-        pool_sizes = {name: pool.total_gpus for name, pool in service.pool_objects.items()}
-        service.metrics.refresh(counts, active, pool_sizes, now)
-        self.set_header("Content-Type", service.metrics.content_type)
-        self.finish(service.metrics.exposition())
-
-
-class UnknownPathHandler(BaseHandler):
-    """Paths no route matches (e.g. a booking id that is not a number) get a JSON 404 too."""
-
-    def prepare(self) -> None:
-        raise web.HTTPError(404, "There is no such page or API path.")
-
-
-def service_routes() -> list[tuple[str, type[web.RequestHandler]]]:
-    """Every route of the service as OpenAPI path templates, relative to the service prefix."""
-    return [
-        *api_routes(),
-        *lifecycle_routes(),
-        *opportunistic_routes(),
-        *planning_routes(),
-        *feed_routes(),
-        ("metrics", MetricsHandler),
-    ]
-
-
-class GPUBookingService(
-    PlanningOptions,
-    OpportunisticService,
+#: The service's components, each configured in its own section (``c.Lifecycle.*``, ...).
+COMPONENTS = (
+    ReservationPage,
+    Lifecycle,
+    EmailWarnings,
+    Opportunistic,
+    Budgets,
+    RecurringSeries,
+    Waitlist,
     GPUMonitoring,
-    LifecycleService,
-    ClusterIntegration,
-    Application,
-):
+    ClusterAccess,
+    AdmissionWebhook,
+    NodeInventory,
+)
+
+#: Options whose name changed (the others kept theirs when they moved to a component).
+RENAMED_OPTIONS = {
+    ("GPUBookingService", "inventory_kubeconfig"): ("ClusterAccess", "kubeconfig"),
+    # one grace for everything running on a booking (see Lifecycle.end_grace_seconds)
+    ("GPUBookingService", "webhook_deadline_grace_seconds"): ("Lifecycle", "end_grace_seconds"),
+    ("AdmissionWebhook", "webhook_deadline_grace_seconds"): ("Lifecycle", "end_grace_seconds"),
+}
+
+
+class GPUBookingService(Application):
     """Book GPUs for time slots; the Hub's spawner asks this service before starting GPU servers."""
 
     name = "jhub-gpubooking-service"
     version = __version__
     description = __doc__
+    classes = list(COMPONENTS)
 
     aliases = {
         "config": "GPUBookingService.config_file",
@@ -245,6 +211,14 @@ class GPUBookingService(
         help="GPU pools: one dict per pool with the keys of jhub_gpubooking.core.model.Pool "
         "(name, nodes, slices_per_gpu, backend, display_name, ...).",
     ).tag(config=True)
+    gpu_backends = Dict(
+        value_trait=Union([Callable(), Unicode()]),
+        help="Extra or replacement GPU sharing backends, as on GPUBookingSpawner.gpu_backends: "
+        "backend name -> translation function, or its import path 'module:function'. The "
+        "service translates with them where it builds pod settings itself (the admission "
+        "webhook) and checks every pool against them at start; set the same table on the "
+        "spawner, which builds the Hub's pods.",
+    ).tag(config=True)
     default_policy = Dict(
         SAFE_DEFAULT_POLICY,
         help="Booking policy for everyone (keys of jhub_gpubooking.core.policy.Policy, e.g. "
@@ -259,27 +233,6 @@ class GPUBookingService(
     ).tag(config=True)
     slot_minutes = Integer(
         15, help="Booking grid in minutes: bookings start and end on multiples of it."
-    ).tag(config=True)
-    page_days = Integer(
-        7, help="Days shown at once on the reservation page and by default in availability."
-    ).tag(config=True)
-    page_list_size = Integer(
-        100,
-        help="Bookings and maintenance windows the reservation page loads at once into each of "
-        "its tables; a 'Show more' button loads the next ones (1 to the API's page maximum).",
-    ).tag(config=True)
-
-    @validate("page_list_size")
-    def _page_list_size_within_api_pages(self, proposal) -> int:
-        from .api import MAX_PAGE_SIZE
-
-        if not 1 <= proposal["value"] <= MAX_PAGE_SIZE:
-            raise ValueError(f"page_list_size must be from 1 to {MAX_PAGE_SIZE}.")
-        return proposal["value"]
-
-    page_title = Unicode("GPU bookings", help="Title of the reservation page.").tag(config=True)
-    page_announcement = Unicode(
-        "", help="Text shown at the top of the reservation page (e.g. maintenance notices)."
     ).tag(config=True)
     spawner_services = List(
         Unicode(),
@@ -350,6 +303,21 @@ class GPUBookingService(
     def _default_log_level(self) -> int:
         return logging.INFO
 
+    def _move_flat_options(self, config: Config) -> Config:
+        """Options set under their old name (``c.GPUBookingService.<option>``, a renamed one)
+        apply at their new place, with a deprecation warning (see config_sections)."""
+        moved = moved_options(type(self).__name__, COMPONENTS, RENAMED_OPTIONS)
+        return move_options(config, moved, self.log)
+
+    # config reaches the service two ways: assigned (the constructor's config=) or merged in
+    # place (config files, the command line); both pass through _move_flat_options
+    @validate("config")
+    def _config_with_sections(self, proposal) -> Config:
+        return self._move_flat_options(proposal["value"])
+
+    def update_config(self, config: Config) -> None:
+        super().update_config(self._move_flat_options(config))
+
     @property
     def hub_prefix(self) -> str:
         return url_path_join(self.hub_base_url, "hub") + "/"
@@ -371,12 +339,14 @@ class GPUBookingService(
         print(f"Wrote default config to {self.config_file}")
 
     def load_pools(self) -> dict[str, Pool]:
+        """The configured pools, each checked against the GPU backends (one sentence on error)."""
         pools: dict[str, Pool] = {}
         for entry in self.pools:
             pool = Pool.from_config(entry)
             if pool.name in pools:
                 raise ValueError(f"Two pools are named {pool.name!r}; pool names must be unique.")
             pools[pool.name] = pool
+        check_pools(pools.values(), self.backends)
         return pools
 
     def read_cookie_secret(self) -> bytes:
@@ -395,45 +365,21 @@ class GPUBookingService(
 
         if self.upgrade_db:
             upgrade(self.db_url)
+        # the one engine and session factory of the service: every component is handed them
         engine = self.db_engine = make_engine(self.db_url, timeout=self.db_timeout_seconds)
         check_schema(engine)
+        self.session_factory = make_session_factory(engine)
         store = BookingStore(
-            make_session_factory(engine),
+            self.session_factory,
             self.pool_objects,
             self.default_policy,
             self.group_policies,
             slot_minutes=self.slot_minutes,
             clock=self.clock,
-            budgets=self.budget_book(),
+            budgets=self.budgets.budget_book(),
         )
         store.sync_pools()
         return store
-
-    def wait_for_database(self, open_store):
-        """``open_store()``, retried while the database is unavailable (a hub pod restarting
-        during a database outage): the service then comes up with the database instead of
-        crash-looping; until then the Hub's spawner refuses GPU starts as for any outage.
-        PostgreSQL/MariaDB only."""
-        from ..db.session import display_url, normalize_url, unavailable_reason
-
-        waited = 0.0
-        while True:
-            try:
-                return open_store()
-            except Exception as error:
-                # a SQLite file that cannot be opened is a wrong path or volume: say so at once
-                if unavailable_reason(error) is None or normalize_url(self.db_url).startswith(
-                    "sqlite"
-                ):
-                    raise
-                if waited % DATABASE_WAIT_LOG_SECONDS < DATABASE_RETRY_SECONDS:
-                    self.log.warning(
-                        "Waiting for the booking database %s: %s",
-                        display_url(self.db_url),
-                        str(error).splitlines()[0],
-                    )
-            time.sleep(DATABASE_RETRY_SECONDS)
-            waited += DATABASE_RETRY_SECONDS
 
     def make_hub_auth(self) -> HubOAuth:
         return HubOAuth(
@@ -458,23 +404,6 @@ class GPUBookingService(
             level, "%d %s %s %.1fms", status, handler.request.method, route, seconds * 1e3
         )
 
-    def make_routes(self) -> list:
-        prefix = self.service_prefix
-        routes = [
-            web.url(
-                url_path_join(prefix, template_to_pattern(template)),
-                handler,
-                {"route_template": template},
-            )
-            for template, handler in service_routes()
-        ]
-        routes.append((url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler))
-        if importlib.util.find_spec(f"{__package__}.pages") is not None:
-            from .pages import page_handlers
-
-            routes.extend(page_handlers(prefix))
-        return routes
-
     def make_tornado_settings(self) -> dict:
         return {
             "store": self.store,
@@ -492,20 +421,71 @@ class GPUBookingService(
             "xsrf_cookies": False,
         }
 
+    @property
+    def booking_page_url(self) -> str:
+        """The reservation page as users reach it (relative when public_url is unset)."""
+        return self.public_url.rstrip("/") + self.service_prefix if self.public_url else ""
+
     def setup(self) -> None:
-        """Everything but listening: pools, store, auth, executor, tornado app."""
+        """Everything but listening: pools, store, components, auth, executor, tornado app."""
+        self.backends = resolve_backends(self.gpu_backends)
         self.pool_objects = self.load_pools()
         self.metrics = ServiceMetrics()
-        self.store = self.wait_for_database(self.open_store)
-        self.setup_lifecycle()
-        self.hub_auth = self.make_hub_auth()
-        self.write_limiter = WriteRateLimiter(self.write_rate_per_minute, self.write_burst)
+        self.budgets = Budgets(parent=self)
+        self.store = wait_for_database(self.open_store, self.db_url, self.log)
         self.executor = ThreadPoolExecutor(
             self.executor_threads, thread_name_prefix="gpubooking-db"
         )
-        self.tornado_app = web.Application(self.make_routes(), **self.make_tornado_settings())
-        # cluster integration (admission webhook, node inventory): see admission/integration.py
-        self.setup_cluster_integration(self.tornado_app)
+        self.setup_components()
+        self.hub_auth = self.make_hub_auth()
+        self.write_limiter = WriteRateLimiter(self.write_rate_per_minute, self.write_burst)
+        self.tornado_app = web.Application(
+            service_handlers(self.service_prefix, self.booking_flags), **self.make_tornado_settings()
+        )
+
+    def setup_components(self) -> None:
+        """The service's components, each with its config section and what it works on."""
+        common = {"parent": self, "store": self.store, "executor": self.executor}
+        hub = {"hub_api_url": self.hub_api_url, "api_token": self.api_token}
+        self.page = ReservationPage(parent=self)
+        self.series = RecurringSeries(parent=self)
+        self.monitoring = GPUMonitoring(parent=self)
+        self.cluster_access = ClusterAccess(parent=self)
+        self.emails = EmailWarnings(
+            parent=self, executor=self.executor,
+            page_url=self.booking_page_url or self.service_prefix,
+        )
+        self.lifecycle = Lifecycle(
+            **common, **hub, db_engine=self.db_engine, clock=self.clock, metrics=self.metrics,
+            emails=self.emails, slot_minutes=self.slot_minutes,
+        )
+        # the webhook's pods get the lifecycle's one grace; the tick then reconciles their claims
+        self.webhook = AdmissionWebhook(
+            **common, **hub, clock=self.clock, connector=self.cluster_access.connector,
+            booking_page_url=self.booking_page_url, backends=self.backends,
+            grace_seconds=self.lifecycle.end_grace_seconds,
+        )
+        self.lifecycle.webhook = self.webhook
+        # the tick serves the waitlist after its releases (and expires past waits)
+        self.waitlist = self.lifecycle.waitlist = Waitlist(**common, emails=self.emails)
+        self.opportunistic = Opportunistic(
+            **common, lifecycle=self.lifecycle, metrics=self.metrics
+        )
+        self.booking_flags = BookingFlags(self.session_factory, self.clock)
+        self.inventory = NodeInventory(
+            **common, flags=self.booking_flags, connector=self.cluster_access.connector,
+            on_pools=self._use_pools,
+        )
+
+    def _use_pools(self, pools: dict[str, Pool]) -> None:
+        self.pool_objects = pools
+
+    async def hub_user_groups(self, user: str) -> tuple[str, ...]:
+        """The user's Hub groups (group policies decide which pools they may use)."""
+        model = await hub_user_model(self.hub_api_url, self.api_token, user)
+        if model is None:
+            raise refusal(404, f"The Hub has no user named {user!r}.")
+        return tuple(model.get("groups") or ())
 
     def start(self) -> None:
         if self.generate_config:
@@ -524,7 +504,7 @@ class GPUBookingService(
             self.log.critical("Configuration error: %s", error)
             self.exit(2)
         except KeyboardInterrupt:
-            # told to stop while waiting for the database (see wait_for_database)
+            # told to stop while waiting for the database (see startup.wait_for_database)
             self.log.info("Interrupted before serving")
             return
         try:
@@ -550,45 +530,17 @@ class GPUBookingService(
             logging.shutdown()
             os._exit(0)
 
-    async def check_hub_scopes(self) -> None:
-        """Refuse to start, in one line, when the service's Hub role lacks a scope it needs
-        (SERVICE_SCOPES): without read:servers and admin:server_state a running server would
-        look stopped or unknown. A Hub that does not answer is only warned about."""
-        url = url_path_join(self.hub_api_url, "user")
-        headers = {"Authorization": f"token {self.api_token}"}
-        for _attempt in range(HUB_SCOPE_CHECK_ATTEMPTS):
-            try:
-                response = await AsyncHTTPClient().fetch(url, headers=headers, request_timeout=5)
-                break
-            except HTTPClientError as error:
-                if error.code in (401, 403):
-                    self.log.critical("The Hub refuses this service's API token: %s", error)
-                    self.exit(2)
-                reason = error
-            except OSError as error:
-                reason = error
-            await asyncio.sleep(1)
-        else:
-            self.log.warning("Could not check this service's Hub scopes: %s", reason)
-            return
-        granted = set(json.loads(response.body).get("scopes") or ())
-        missing = [scope for scope in SERVICE_SCOPES if scope not in granted]
-        if missing:
-            self.log.critical(
-                "This service's Hub role lacks the scopes %s; grant them (see "
-                "jhub_gpubooking.configure or hub.loadRoles) and restart.", ", ".join(missing)
-            )
-            self.exit(2)
-
     async def serve(self) -> None:
         """Listen on ``service_url`` until SIGINT or SIGTERM (the Hub sends SIGINT first to stop
         a managed service, Kubernetes SIGTERM to the hub pod), then stop within 2 seconds."""
-        await self.check_hub_scopes()
+        if not await hub_scopes_suffice(self.hub_api_url, self.api_token, self.log):
+            self.exit(2)
         listen = urlparse(self.service_url)
         server = HTTPServer(self.tornado_app, xheaders=True)
         server.listen(listen.port or 80, listen.hostname or "127.0.0.1")
-        self.start_cluster_integration()
-        self.start_lifecycle()
+        self.inventory.start()
+        self.webhook.start()
+        self.lifecycle.start()
         self.log.info(
             "GPU booking service %s listening on %s (prefix %s)",
             self.service_name,
@@ -602,8 +554,9 @@ class GPUBookingService(
             loop.add_signal_handler(signum, stop.set)
         await stop.wait()
         self.log.info("Stopping the GPU booking service")
-        self.stop_lifecycle()
-        self.stop_cluster_integration()
+        self.lifecycle.stop()
+        self.webhook.stop()
+        self.inventory.stop()
         server.stop()
         try:
             await asyncio.wait_for(server.close_all_connections(), SHUTDOWN_SECONDS)

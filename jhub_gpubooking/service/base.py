@@ -23,6 +23,7 @@ from tornado.ioloop import IOLoop
 from tornado.log import app_log
 
 from ..core.errors import BookingError
+from ..core.timegrid import format_time
 from ..db.session import unavailable_reason
 
 T = TypeVar("T")
@@ -292,7 +293,12 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         if retry_after is not None:
             self.set_header("Retry-After", str(retry_after))
         self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.finish(json.dumps({"status": status_code, "message": message}))
+        body: dict[str, Any] = {"status": status_code, "message": message}
+        next_free = getattr(exc_info[1], "next_free", None) if exc_info else None
+        if next_free is not None:
+            # a capacity refusal offers the earliest free interval, for a client to book at once
+            body["next_free"] = {"start": format_time(next_free[0]), "end": format_time(next_free[1])}
+        self.finish(json.dumps(body))
 
     def log_exception(self, typ, value, tb) -> None:
         # booking refusals are normal answers, not server errors worth a traceback

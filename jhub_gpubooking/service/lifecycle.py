@@ -1,26 +1,31 @@
-"""The booking lifecycle in the service: the periodic tick, Hub server stops, e-mail warnings.
+"""The booking lifecycle component (``c.Lifecycle``): the periodic tick, Hub server stops.
 
-:class:`LifecycleService` is mixed into ``GPUBookingService`` (its options are
-``c.GPUBookingService.*`` traits). Every ``lifecycle_interval_seconds`` the service calls
-:meth:`LifecycleService.lifecycle_tick` with the service clock's "now"; tests call it directly
-with a ManualClock's time. The rules themselves live in :mod:`jhub_gpubooking.core.lifecycle`.
+Every ``lifecycle_interval_seconds`` the service calls :meth:`Lifecycle.tick` with the service
+clock's "now"; tests call it directly with a ManualClock's time. The rules themselves live in
+:mod:`jhub_gpubooking.core.lifecycle`, the e-mails in :mod:`.email`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import smtplib
 from datetime import datetime, timedelta
-from email.message import EmailMessage
 from functools import partial
 
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from traitlets import Bool, Float, HasTraits, Integer, Unicode
+from traitlets import Any, Bool, Float, Integer, Unicode
+from traitlets.config import LoggingConfigurable
 
 from ..admission.review import POD_HOLDER_PREFIX, holder_pod
-from ..core.lifecycle import Action, ActionKind, LifecycleRules, ServerUse, server_use
+from ..core.lifecycle import (
+    Action,
+    ActionKind,
+    LifecycleRules,
+    ServerUse,
+    minutes_or_none,
+    server_use,
+)
 from ..core.model import Booking, BookingState
 from ..db.lifecycle import BookingLifecycle
 from ..db.locks import DatabaseLock
@@ -31,22 +36,8 @@ from .base import hub_user_model
 HUB_STOP_TIMEOUT_SECONDS = 20
 
 
-def _minutes_or_none(minutes: int) -> timedelta | None:
-    return timedelta(minutes=minutes) if minutes > 0 else None
-
-
-def warning_text(booking: Booking, page_url: str) -> str:
-    """The body of the end-of-booking e-mail."""
-    end = f"{booking.end:%Y-%m-%d %H:%M} UTC"
-    return (
-        f"Your GPU booking #{booking.id} ({booking.amount} GPU in pool {booking.pool}) ends at "
-        f"{end}. Save your work: the server using it will be stopped then.\n\n"
-        f"If the GPUs are still free you can extend the booking on {page_url}\n"
-    )
-
-
-class LifecycleService(HasTraits):
-    """Traits and the periodic tick of the booking lifecycle."""
+class Lifecycle(LoggingConfigurable):
+    """Warnings before the end, stops at the end, no-show and stopped-server releases."""
 
     lifecycle_interval_seconds = Float(
         30.0,
@@ -60,66 +51,79 @@ class LifecycleService(HasTraits):
         "end_grace_seconds. The pod deadline set by the spawner is the backstop.",
     ).tag(config=True)
     end_grace_seconds = Integer(
-        60, help="Seconds a server may run past its booking's end before it is stopped."
+        60,
+        min=0,
+        help="Seconds anything running on a booking may outlive the booking's end, the one "
+        "grace of the service: a Hub server is stopped at the end plus this (with "
+        "stop_servers_at_end), and a pod the admission webhook admitted gets "
+        "activeDeadlineSeconds at the end plus this and is deleted then. Replaces "
+        "webhook_deadline_grace_seconds.",
     ).tag(config=True)
     warn_before_minutes = Integer(
         15,
         help="Minutes before a booking's end its user is warned (reservation page notice and, "
-        "if smtp_host is set, an e-mail). 0 turns warnings off.",
+        "if EmailWarnings.smtp_host is set, an e-mail). 0 turns warnings off.",
     ).tag(config=True)
     no_show_minutes = Integer(
-        30,
+        15,
+        min=0,
         help="A booking no server has used this many minutes after its start is released "
-        "(no-show): its end moves to the next grid point. 0 turns this off.",
+        "(no-show): its end moves to the next grid point. 0 turns this off. This is the "
+        "default for pools without their own 'no_show_minutes' key (a pool's key wins; the "
+        "default was 30 before per-pool times).",
     ).tag(config=True)
     stopped_release_minutes = Integer(
         30,
         help="A booking whose server stopped and stayed stopped this many minutes gives the "
         "rest of its time back to the pool. 0 turns this off.",
     ).tag(config=True)
-    smtp_host = Unicode(
-        "", help="SMTP server for end-of-booking e-mails; empty sends no e-mail."
-    ).tag(config=True)
-    smtp_port = Integer(25, help="Port of the SMTP server (587 with STARTTLS, usually).").tag(
-        config=True
+
+    store = Any(help="The service's BookingStore.")
+    db_engine = Any(help="The service's engine: a database lock lets one process tick at a time.")
+    executor = Any(help="Executor for database work, so the event loop never waits on it.")
+    clock = Any(help="Source of the current time.")
+    metrics = Any(help="The service's ServiceMetrics (releases, warnings, stops).")
+    emails = Any(help="EmailWarnings sending the end-of-booking warning.")
+    waitlist = Any(
+        None,
+        help="The Waitlist: each tick, after its releases, books waiting requests capacity now "
+        "fits and expires past ones. Set by the service after this component.",
     )
-    smtp_starttls = Bool(False, help="Upgrade the SMTP connection with STARTTLS.").tag(config=True)
-    smtp_username = Unicode("", help="SMTP login name (empty: no login).").tag(config=True)
-    smtp_password = Unicode("", help="SMTP password for smtp_username.").tag(config=True)
-    smtp_from = Unicode(
-        "gpu-booking@localhost", help="Sender address of the e-mails the service sends."
-    ).tag(config=True)
-    email_address_template = Unicode(
-        "",
-        help="E-mail address of a Hub user, with {user} replaced by the user name, e.g. "
-        "'{user}@example.org'. Empty sends no e-mail.",
-    ).tag(config=True)
+    webhook = Any(
+        None,
+        help="The AdmissionWebhook: stops pods holding bookings, reconciles its claims. Set by "
+        "the service after this component (the webhook takes end_grace_seconds from it).",
+    )
+    slot_minutes = Integer(15, help="The service's booking grid (releases end on it).")
+    hub_api_url = Unicode(help="The Hub's REST API URL.")
+    api_token = Unicode(help="The service's Hub API token (needs delete:servers to stop).")
 
-    _lifecycle_task: asyncio.Task | None = None
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.bookings = BookingLifecycle(self.store, self.rules)
+        # several service processes may share a PostgreSQL/MariaDB database: one ticks at a time
+        self.lock = DatabaseLock(self.db_engine, "jhub_gpubooking.lifecycle")
+        self._task: asyncio.Task | None = None
 
-    def lifecycle_rules(self) -> LifecycleRules:
+    @property
+    def rules(self) -> LifecycleRules:
         return LifecycleRules(
             slot_minutes=self.slot_minutes,
             end_grace=timedelta(seconds=self.end_grace_seconds),
-            warn_before=_minutes_or_none(self.warn_before_minutes),
-            no_show_after=_minutes_or_none(self.no_show_minutes),
-            stopped_release_after=_minutes_or_none(self.stopped_release_minutes),
+            warn_before=minutes_or_none(self.warn_before_minutes),
+            no_show_after=minutes_or_none(self.no_show_minutes),
+            stopped_release_after=minutes_or_none(self.stopped_release_minutes),
         )
-
-    def setup_lifecycle(self) -> None:
-        self.lifecycle = BookingLifecycle(self.store, self.lifecycle_rules())
-        # several service processes may share a PostgreSQL/MariaDB database: one ticks at a time
-        self.lifecycle_lock = DatabaseLock(self.db_engine, "jhub_gpubooking.lifecycle")
 
     async def _in_executor(self, func, *args, **kwargs):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, partial(func, *args, **kwargs))
 
-    async def lifecycle_tick(self, now: datetime | None = None) -> list[Action]:
+    async def tick(self, now: datetime | None = None) -> list[Action]:
         """Do what the lifecycle rules ask for at ``now``; returns the actions attempted."""
         now = now or self.clock.now()
         await self.expire_stale_claims(now)
-        actions = await self._in_executor(self.lifecycle.due, now)
+        actions = await self._in_executor(self.bookings.due, now)
         for action in actions:
             try:
                 await self._apply(action, now)
@@ -129,12 +133,15 @@ class LifecycleService(HasTraits):
                     "Lifecycle %s of booking %s failed", action.kind.value, action.booking_id
                 )
         # bookings the admission webhook claimed for pods (admission/claims.py)
-        await self.reconcile_pod_claims(now)
+        if self.webhook is not None:
+            await self.webhook.reconcile_pod_claims(now)
+        if self.waitlist is not None:
+            await self.waitlist.capacity_freed(now=now)
         return actions
 
     async def _apply(self, action: Action, now: datetime) -> None:
         if action.kind is ActionKind.RELEASE:
-            released = await self._in_executor(self.lifecycle.release, action, now)
+            released = await self._in_executor(self.bookings.release, action, now)
             if released is not None:
                 self.metrics.observe_release(action.reason.value)
                 self.log.info(
@@ -145,9 +152,9 @@ class LifecycleService(HasTraits):
                     released.end,
                 )
         elif action.kind is ActionKind.WARN:
-            booking = await self._in_executor(self.lifecycle.mark_warned, action.booking_id)
+            booking = await self._in_executor(self.bookings.mark_warned, action.booking_id)
             self.metrics.observe_warning()
-            await self.send_warning_email(booking)
+            await self.emails.send_warning(booking)
         elif action.kind is ActionKind.STOP_SERVER and self.stop_servers_at_end:
             booking = await self._in_executor(self.store.get, action.booking_id)
             await self.stop_holder(booking, now)
@@ -157,8 +164,8 @@ class LifecycleService(HasTraits):
         says it runs on this booking, see :meth:`stop_booking_server`)."""
         if not holder_pod(booking.server):
             await self.stop_booking_server(booking, now)
-        elif await self.pod_claims.stop_pod(booking):
-            await self._in_executor(self.lifecycle.mark_stop_requested, booking.id, booking.server)
+        elif await self.webhook.pod_claims.stop_pod(booking):
+            await self._in_executor(self.bookings.mark_stop_requested, booking.id, booking.server)
             self.metrics.observe_server_stop()
 
     async def stop_ended_booking_server(self, booking: Booking) -> None:
@@ -185,19 +192,22 @@ class LifecycleService(HasTraits):
         return servers if isinstance(servers, dict) else None
 
     async def stop_booking_server(self, booking: Booking, now: datetime | None = None) -> bool:
-        """Stop the Hub server holding ``booking`` only if the Hub says it runs on this booking.
+        """Stop the Hub server holding ``booking`` only if the Hub says it runs on this booking,
+        or that its start, still pending, claimed this booking (the Hub interrupts the start:
+        it must not come up on an ended booking).
 
         A claim whose server stopped, or runs without this booking (another booking, a CPU
-        profile), expires instead: that server is not stopped. A server starting or stopping,
-        or a Hub that cannot say, is looked at again next tick. True once the Hub took a stop.
+        profile), expires instead: that server is not stopped. A server stopping, a start not
+        known to be on this booking, or a Hub that cannot say, is looked at again next tick.
+        True once the Hub took a stop.
         """
         checked_at = now or self.clock.now()
         servers = await self.hub_user_servers(booking.user)
         use = server_use(servers, booking.server, booking.id)
-        if use is ServerUse.ON_BOOKING:
+        if use.on_booking:
             if not await self.stop_hub_server(booking.user, booking.server):
                 return False
-            await self._in_executor(self.lifecycle.mark_stop_requested, booking.id, booking.server)
+            await self._in_executor(self.bookings.mark_stop_requested, booking.id, booking.server)
             self.metrics.observe_server_stop()
             return True
         if use is ServerUse.NOT_ON_BOOKING:
@@ -260,61 +270,33 @@ class LifecycleService(HasTraits):
         self.log.info("Asked the Hub to stop server %r of %s: its booking ended", server, user)
         return True
 
-    async def send_warning_email(self, booking: Booking) -> None:
-        if not (self.smtp_host and self.email_address_template):
-            return
-        message = EmailMessage()
-        message["From"] = self.smtp_from
-        message["To"] = self.email_address_template.format(user=booking.user)
-        message["Subject"] = f"Your GPU booking ends at {booking.end:%H:%M} UTC"
-        page_url = (
-            self.public_url.rstrip("/") + self.service_prefix
-            if self.public_url
-            else (self.service_prefix)
-        )
-        message.set_content(warning_text(booking, page_url))
-        try:
-            await self._in_executor(self._send_email, message)
-        except (OSError, smtplib.SMTPException) as error:
-            self.log.warning(
-                "Could not e-mail %s about booking %s: %s", booking.user, booking.id, error
-            )
-
-    def _send_email(self, message: EmailMessage) -> None:
-        with smtplib.SMTP(self.smtp_host, self.smtp_port, timeout=HUB_STOP_TIMEOUT_SECONDS) as smtp:
-            if self.smtp_starttls:
-                smtp.starttls()
-            if self.smtp_username:
-                smtp.login(self.smtp_username, self.smtp_password)
-            smtp.send_message(message)
-
-    def start_lifecycle(self) -> None:
+    def start(self) -> None:
         if self.lifecycle_interval_seconds > 0:
-            self._lifecycle_task = asyncio.ensure_future(self._lifecycle_loop())
+            self._task = asyncio.ensure_future(self._loop())
 
-    def stop_lifecycle(self) -> None:
-        if self._lifecycle_task is not None:
-            self._lifecycle_task.cancel()
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
-    async def run_lifecycle_tick(self) -> list[Action] | None:
+    async def run_tick(self) -> list[Action] | None:
         """One periodic tick, in one service process at a time across the database.
 
         Every process runs this loop; the one that holds the database lock does the tick, the
         others skip it (None). What a tick did is stored before the lock is released, so the
         next holder never warns, stops or releases the same booking again.
         """
-        if not await self._in_executor(self.lifecycle_lock.acquire):
+        if not await self._in_executor(self.lock.acquire):
             self.log.debug("Another service process is running the lifecycle tick")
             return None
         try:
-            return await self.lifecycle_tick()
+            return await self.tick()
         finally:
-            await self._in_executor(self.lifecycle_lock.release)
+            await self._in_executor(self.lock.release)
 
-    async def _lifecycle_loop(self) -> None:
+    async def _loop(self) -> None:
         while True:
             try:
-                await self.run_lifecycle_tick()
+                await self.run_tick()
             except Exception as error:
                 if unavailable_reason(error):
                     # an outage: one line a tick, not a traceback a second

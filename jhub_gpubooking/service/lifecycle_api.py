@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from tornado import web
@@ -16,6 +17,7 @@ from ..core.timegrid import ceil_to_grid, floor_to_grid, format_time
 from ..db.accounting import running_usage, usage_report
 from .api import APIHandler
 from .base import refusal
+from .waitlist import recent_wait_notices
 
 #: How long a released booking stays in its user's notices.
 RELEASE_NOTICE_HOURS = 12
@@ -34,12 +36,18 @@ def _clock(when: datetime) -> str:
 
 
 def notices_json(
-    bookings: list[Booking], now: datetime, warn_before: timedelta | None, minutes: dict
+    bookings: list[Booking],
+    now: datetime,
+    warn_before: timedelta | None,
+    minutes: dict,
+    pool_no_show_minutes: Mapping[str, int] | None = None,
 ) -> list[dict]:
     """What the reservation page shows in its banner for these bookings of one user.
 
-    ``minutes`` maps a release reason to the configured wait, for the explanation.
+    ``minutes`` maps a release reason to the configured wait, for the explanation;
+    ``pool_no_show_minutes`` the no-show wait of the pools that set their own.
     """
+    pool_no_show_minutes = pool_no_show_minutes or {}
     notices = []
     for booking in bookings:
         state = booking.state(now)
@@ -71,7 +79,10 @@ def notices_json(
                 }
             )
         elif reason and recent:
-            why = RELEASE_MESSAGES.get(reason, reason).format(minutes=minutes.get(reason, 0))
+            wait = minutes.get(reason, 0)
+            if reason == "no_show":
+                wait = pool_no_show_minutes.get(booking.pool, wait)
+            why = RELEASE_MESSAGES.get(reason, reason).format(minutes=wait)
             notices.append(
                 {
                     "kind": "released",
@@ -137,12 +148,20 @@ class NoticesHandler(APIHandler):
         bookings = await self.run_in_executor(
             self.store.list, user=user, start=now - timedelta(hours=RELEASE_NOTICE_HOURS)
         )
-        rules = service.lifecycle.rules
+        lifecycle = service.lifecycle
+        rules = lifecycle.rules
         minutes = {
-            "no_show": service.no_show_minutes,
-            "server_stopped": service.stopped_release_minutes,
+            "no_show": lifecycle.no_show_minutes,
+            "server_stopped": lifecycle.stopped_release_minutes,
         }
-        self.write_json({"notices": notices_json(bookings, now, rules.warn_before, minutes)})
+        own = {
+            pool.name: pool.no_show_minutes
+            for pool in self.store.pools.values()
+            if pool.no_show_minutes is not None
+        }
+        notices = notices_json(bookings, now, rules.warn_before, minutes, own)
+        notices += await recent_wait_notices(self, user, now - timedelta(hours=RELEASE_NOTICE_HOURS))
+        self.write_json({"notices": notices})
 
 
 class ReportHandler(APIHandler):
@@ -180,7 +199,7 @@ class HoldersHandler(APIHandler):
         since = await self.run_in_executor(running_usage, self.store)
         holders = holders_json(bookings, since, now)
         # GPU utilisation from Prometheus when configured (service/monitoring.py)
-        monitoring = await self.service.add_gpu_utilisation(holders)
+        monitoring = await self.service.monitoring.add_gpu_utilisation(holders)
         self.write_json({"holders": holders, "monitoring": monitoring})
 
 

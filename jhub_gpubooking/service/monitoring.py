@@ -1,7 +1,7 @@
 """GPU utilisation of held bookings, from DCGM exporter metrics in Prometheus.
 
-:class:`GPUMonitoring` is mixed into ``GPUBookingService``. The admin holders API asks it to
-add each active booking's utilisation over a window and an idle flag. Prometheus is optional
+:class:`GPUMonitoring` is a component of the service (``c.GPUMonitoring``). The admin holders
+API asks it to add each active booking's utilisation over a window and an idle flag. Prometheus is optional
 and may be down: then every value is ``None`` (the page shows "unknown"), never an error.
 """
 
@@ -13,7 +13,8 @@ from statistics import mean
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from tornado.httputil import url_concat
-from traitlets import Float, HasTraits, Integer, Unicode
+from traitlets import Float, Integer, Unicode
+from traitlets.config import LoggingConfigurable
 
 #: ``monitoring`` values of the holders API.
 MONITORING_OFF = "off"
@@ -66,8 +67,8 @@ def booking_utilisation(
     }
 
 
-class GPUMonitoring(HasTraits):
-    """Traits and the Prometheus queries of GPU-utilisation monitoring."""
+class GPUMonitoring(LoggingConfigurable):
+    """Options and the Prometheus queries of GPU-utilisation monitoring (off by default)."""
 
     prometheus_url = Unicode(
         "",

@@ -1,27 +1,30 @@
-"""Opportunistic GPU use in the service: grants for the Hub's spawner, preemption on booking.
+"""Opportunistic GPU use (``c.Opportunistic``): grants for the Hub's spawner, preemption.
 
-:class:`OpportunisticService` is mixed into ``GPUBookingService`` (options are
-``c.GPUBookingService.*``). Every booking the API creates goes through
-:meth:`OpportunisticService.create_booking`, which ends grants standing in a booking's way and
-stops their servers through the Hub API; the user sees why in their notices.
+Every booking the API creates goes through :meth:`Opportunistic.create_booking`, which ends
+grants standing in a booking's way and stops their servers through the Hub API (with the
+lifecycle's stop); the user sees why in their notices.
 """
 
 from __future__ import annotations
 
+import asyncio
+from functools import partial
 from typing import Any
 
 from tornado import web
-from traitlets import Bool, HasTraits, Integer, Unicode
+from traitlets import Any as AnyTrait
+from traitlets import Bool, Integer, Unicode
+from traitlets.config import LoggingConfigurable
 
 from ..core.model import Booking, format_amount, parse_amount
 from ..core.timegrid import format_time
 from ..db.opportunistic import OpportunisticBookings
 from .api import APIHandler
-from .base import hub_user_model, refusal
+from .base import refusal
 
 
-class OpportunisticService(HasTraits):
-    """Traits and actions of opportunistic GPU use."""
+class Opportunistic(LoggingConfigurable):
+    """Options and actions of opportunistic GPU use (off by default)."""
 
     opportunistic_enabled = Bool(
         False,
@@ -40,14 +43,32 @@ class OpportunisticService(HasTraits):
         "(a number or a fraction such as '1/4').",
     ).tag(config=True)
 
-    @property
-    def opportunistic(self) -> OpportunisticBookings:
-        return OpportunisticBookings(self.store, self.lifecycle)
+    store = AnyTrait(help="The service's BookingStore.")
+    lifecycle = AnyTrait(help="The Lifecycle component: releases grants, stops their servers.")
+    executor = AnyTrait(help="Executor for database work.")
+    metrics = AnyTrait(help="The service's ServiceMetrics (preemptions).")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bookings = OpportunisticBookings(self.store, self.lifecycle.bookings)
+
+    async def grant(
+        self, user: str, pool: str, gpus: Any = None, *, groups: Any = (), actor: str | None = None
+    ) -> Booking:
+        """A grant of ``gpus`` (default ``opportunistic_gpus``) for ``user`` in ``pool`` from now
+        through the horizon, or the store's refusal (403 policy, 409 nothing free)."""
+        amount = parse_amount(self.opportunistic_gpus if gpus is None else gpus)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor,
+            partial(self.bookings.grant, user, pool, amount, self.opportunistic_horizon_minutes,
+                    groups=groups, actor=actor),
+        )
 
     async def create_booking(self, user: str, pool: str, gpus, start, end, **options) -> Booking:
         """Create a booking, preempting opportunistic grants that stand in its way."""
-        booking, preempted = await self._in_executor(
-            self.opportunistic.create_preempting, user, pool, gpus, start, end, **options
+        booking, preempted = await asyncio.get_running_loop().run_in_executor(
+            self.executor,
+            partial(self.bookings.create_preempting, user, pool, gpus, start, end, **options),
         )
         for grant in preempted:
             self.metrics.observe_release("preempted")
@@ -57,17 +78,13 @@ class OpportunisticService(HasTraits):
                 grant.user,
                 booking.id,
             )
-            # a failed stop is retried by the lifecycle tick: the grant has ended
+            # a failed stop is retried by the lifecycle tick: the grant has ended. What holds it
+            # may be a pod the admission webhook admitted: that pod is deleted, its claim kept
+            # until the pod is gone (a Hub server check would expire the claim and let a second
+            # pod onto the grant while the first still runs)
             if grant.server is not None:
-                await self.stop_booking_server(grant)
+                await self.lifecycle.stop_holder(grant)
         return booking
-
-    async def hub_user_groups(self, user: str) -> tuple[str, ...]:
-        """The user's Hub groups (group policies decide which pools they may use)."""
-        model = await hub_user_model(self.hub_api_url, self.api_token, user)
-        if model is None:
-            raise refusal(404, f"The Hub has no user named {user!r}.")
-        return tuple(model.get("groups") or ())
 
 
 class OpportunisticHandler(APIHandler):
@@ -75,20 +92,20 @@ class OpportunisticHandler(APIHandler):
 
     async def get(self) -> None:
         self.require_principal()
-        service = self.service
-        horizon = service.opportunistic_horizon_minutes
-        amount = parse_amount(service.opportunistic_gpus)
+        service, opportunistic = self.service, self.service.opportunistic
+        horizon = opportunistic.opportunistic_horizon_minutes
+        amount = parse_amount(opportunistic.opportunistic_gpus)
         pools = []
-        if service.opportunistic_enabled:
+        if opportunistic.opportunistic_enabled:
             for name in service.pool_objects:
                 largest = await self.run_in_executor(
-                    service.opportunistic.largest_grantable, name, horizon
+                    opportunistic.bookings.largest_grantable, name, horizon
                 )
                 pools.append({"pool": name, "available": largest >= amount})
-        _, until = service.opportunistic.interval(horizon)
+        _, until = opportunistic.bookings.interval(horizon)
         self.write_json(
             {
-                "enabled": service.opportunistic_enabled,
+                "enabled": opportunistic.opportunistic_enabled,
                 "gpus": format_amount(amount),
                 "until": format_time(until),
                 "pools": pools,
@@ -101,8 +118,8 @@ class OpportunisticHandler(APIHandler):
             raise refusal(
                 403, "Only the Hub's spawner or an administrator may ask for opportunistic GPUs."
             )
-        service = self.service
-        if not service.opportunistic_enabled:
+        service, opportunistic = self.service, self.service.opportunistic
+        if not opportunistic.opportunistic_enabled:
             raise refusal(403, "GPUs cannot be used without a booking on this hub.")
         body = self.json_body({"user", "pool", "gpus"}, ("user", "pool"))
         user, pool = body["user"], body["pool"]
@@ -111,16 +128,9 @@ class OpportunisticHandler(APIHandler):
         if not isinstance(pool, str):
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         self.pool_or_404(pool)
-        gpus: Any = body.get("gpus", service.opportunistic_gpus)
         groups = await service.hub_user_groups(user)
-        grant = await self.run_in_executor(
-            service.opportunistic.grant,
-            user,
-            pool,
-            parse_amount(gpus),
-            service.opportunistic_horizon_minutes,
-            groups=groups,
-            actor=principal.name,
+        grant = await opportunistic.grant(
+            user, pool, body.get("gpus"), groups=groups, actor=principal.name
         )
         self.set_header("Location", self.service_url("api/bookings", str(grant.id)))
         self.write_json(self.booking_model(grant), status=201)

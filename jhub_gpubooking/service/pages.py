@@ -14,7 +14,10 @@ from typing import Any
 
 import jinja2
 from tornado import web
+from traitlets import Integer, Unicode, validate
+from traitlets.config import LoggingConfigurable
 
+from .api import MAX_PAGE_SIZE
 from .base import BaseHandler
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -25,7 +28,7 @@ TEMPLATE_NAME = "service/reservation.html"
 ASSET_PATH = "static/service/"
 #: ES modules that booking.js imports; the page maps each to its versioned URL (an import map)
 #: so a new release never mixes fresh and cached modules.
-PAGE_MODULES = ("common.js", "timeline.js", "planning.js")
+PAGE_MODULES = ("common.js", "timeline.js", "planning.js", "waitlist.js")
 PAGE_ASSETS = ("booking.js", "booking.css", *PAGE_MODULES)
 
 _templates = jinja2.Environment(
@@ -123,6 +126,30 @@ def render_page(context: dict[str, Any]) -> str:
     return _templates.get_template(TEMPLATE_NAME).render(**context)
 
 
+class ReservationPage(LoggingConfigurable):
+    """What the reservation page shows (``c.ReservationPage``)."""
+
+    page_days = Integer(
+        7, help="Days shown at once on the reservation page and by default in availability."
+    ).tag(config=True)
+    page_list_size = Integer(
+        100,
+        help="Bookings and maintenance windows the reservation page loads at once into each of "
+        "its tables; a 'Show more' button loads the next ones (1 to the API's page maximum).",
+    ).tag(config=True)
+
+    @validate("page_list_size")
+    def _page_list_size_within_api_pages(self, proposal) -> int:
+        if not 1 <= proposal["value"] <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_list_size must be from 1 to {MAX_PAGE_SIZE}.")
+        return proposal["value"]
+
+    page_title = Unicode("GPU bookings", help="Title of the reservation page.").tag(config=True)
+    page_announcement = Unicode(
+        "", help="Text shown at the top of the reservation page (e.g. maintenance notices)."
+    ).tag(config=True)
+
+
 class ReservationPageHandler(BaseHandler):
     """``GET {service_prefix}``: the reservation page for the logged-in Hub user."""
 
@@ -130,10 +157,11 @@ class ReservationPageHandler(BaseHandler):
     def get(self) -> None:
         service_prefix = self.settings["service_prefix"]
         service = self.settings["service"]
+        page = service.page
         nonce = secrets.token_urlsafe(16)
         context = page_context(
-            page_title=service.page_title,
-            announcement=service.page_announcement,
+            page_title=page.page_title,
+            announcement=page.page_announcement,
             user_name=self.current_user["name"],
             is_admin=self.is_admin,
             service_prefix=service_prefix,
@@ -141,8 +169,8 @@ class ReservationPageHandler(BaseHandler):
             # HubOAuth patches xsrf_token so the same value passes its cookie-auth check
             xsrf_token=self.xsrf_token.decode("ascii"),
             slot_minutes=service.slot_minutes,
-            page_days=service.page_days,
-            list_limit=service.page_list_size,
+            page_days=page.page_days,
+            list_limit=page.page_list_size,
             asset_urls={name: static_asset_url(service_prefix, name) for name in PAGE_ASSETS},
             script_nonce=nonce,
         )

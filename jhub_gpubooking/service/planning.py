@@ -1,6 +1,6 @@
-"""GPU-hour budgets and recurring series in the service: options, REST handlers, routes.
+"""GPU-hour budgets (``c.Budgets``) and recurring series (``c.RecurringSeries``) in the
+service: their options, REST handlers and routes.
 
-:class:`PlanningOptions` is mixed into ``GPUBookingService`` (``c.GPUBookingService.*``).
 The rules live in :mod:`jhub_gpubooking.core.budgets` / :mod:`~.core.recurrence`, the
 transactions in :mod:`jhub_gpubooking.db.budgets` / :mod:`~.db.series`.
 """
@@ -8,22 +8,22 @@ transactions in :mod:`jhub_gpubooking.db.budgets` / :mod:`~.db.series`.
 from __future__ import annotations
 
 from tornado import web
-from traitlets import Dict, HasTraits, Integer, List, Unicode, validate
+from traitlets import Dict, Integer, List, Unicode, validate
+from traitlets.config import LoggingConfigurable
 
 from ..core.budgets import CHARGE_MODES, parse_group_budgets
 from ..core.errors import NotFound
-from ..core.model import parse_amount
+from ..core.model import checked_text, parse_amount
 from ..core.recurrence import REPEATS, occurrences
 from ..core.timegrid import parse_time
 from ..db.budgets import BudgetBook, budgets_of_user
 from ..db.series import SeriesRefused, cancel_series, create_series, get_series
-from ..db.store import MAX_TEXT_LENGTH
 from .api import APIHandler, row_id
 from .base import refusal
 
 
-class PlanningOptions(HasTraits):
-    """Budgets per group, the budget charge mode, and who may book recurring series."""
+class Budgets(LoggingConfigurable):
+    """GPU-hour budgets per Hub group, and what budgets are charged."""
 
     group_budgets = Dict(
         help="GPU-hour budgets shared by all members of a Hub group, e.g. "
@@ -36,16 +36,6 @@ class PlanningOptions(HasTraits):
         help="What budgets (per user and per group) are charged: 'booked' = GPUs x booked "
         "hours; 'used' = GPU-hours a server actually ran plus the booked hours still ahead, "
         "so booked time nobody used is refunded once it has passed.",
-    ).tag(config=True)
-    series_max_occurrences = Integer(
-        26,
-        help="Most occurrences one recurring series may have (26 = half a year of weekly "
-        "labs); longer series are refused, not cut short.",
-    ).tag(config=True)
-    series_groups = List(
-        Unicode(),
-        help="Hub groups whose members may book recurring series (administrators always may). "
-        "Empty: every user may.",
     ).tag(config=True)
 
     @validate("budget_charge")
@@ -61,6 +51,21 @@ class PlanningOptions(HasTraits):
 
     def budget_book(self) -> BudgetBook:
         return BudgetBook(parse_group_budgets(self.group_budgets), self.budget_charge)
+
+
+class RecurringSeries(LoggingConfigurable):
+    """Who may book recurring series (weekly labs), and how long one may be."""
+
+    series_max_occurrences = Integer(
+        26,
+        help="Most occurrences one recurring series may have (26 = half a year of weekly "
+        "labs); longer series are refused, not cut short.",
+    ).tag(config=True)
+    series_groups = List(
+        Unicode(),
+        help="Hub groups whose members may book recurring series (administrators always may). "
+        "Empty: every user may.",
+    ).tag(config=True)
 
 
 def series_model(handler: APIHandler, series) -> dict:
@@ -87,7 +92,7 @@ class BudgetHandler(APIHandler):
         self.write_json(
             {
                 "user": user,
-                "charge": self.service.budget_charge,
+                "charge": self.service.budgets.budget_charge,
                 "budgets": [status.to_json() for status in statuses],
             }
         )
@@ -110,16 +115,14 @@ class SeriesListHandler(APIHandler):
             raise refusal(400, "'user' must be a Hub user name.")
         if not principal.may_act_for(user):
             raise refusal(403, "Only booking administrators may book for another user.")
-        allowed = self.service.series_groups
+        allowed = self.service.series.series_groups
         if allowed and not principal.is_admin and not set(principal.groups) & set(allowed):
             raise refusal(
                 403,
                 f"Only members of {', '.join(sorted(allowed))} or administrators may book "
                 "recurring series.",
             )
-        note = body.get("note", "")
-        if not isinstance(note, str) or len(note) > MAX_TEXT_LENGTH:
-            raise refusal(400, f"'note' must be text of at most {MAX_TEXT_LENGTH} characters.")
+        note = checked_text(body.get("note", ""), "note")
         if not isinstance(body["pool"], str):
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         self.pool_or_404(body["pool"])
@@ -140,7 +143,7 @@ class SeriesListHandler(APIHandler):
             body["repeat"],
             until=parse_time(until, "until") if until is not None else None,
             count=count,
-            max_occurrences=self.service.series_max_occurrences,
+            max_occurrences=self.service.series.series_max_occurrences,
             time_zone=time_zone,
         )
         try:
@@ -195,6 +198,7 @@ class SeriesHandler(APIHandler):
         cancelled = await self.run_in_executor(
             cancel_series, self.store, series.id, actor=principal.name
         )
+        await self.service.waitlist.capacity_freed([cancelled.pool])
         self.write_json(series_model(self, cancelled))
 
 

@@ -4,59 +4,28 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..core.model import Booking, MaintenanceWindow, Pool, amount_to_json
+from ..core.model import MaintenanceWindow, Pool, amount_to_json
 from ..core.timegrid import format_time
+from ..core.wire import booking_to_json, pool_service_json
+
+#: A booking and a pool as the API returns them: the one wire schema of :mod:`..core.wire`.
+booking_json = booking_to_json
+pool_json = pool_service_json
 
 
-def booking_json(booking: Booking, pool: Pool | None, now: datetime) -> dict:
-    """A booking as the API returns it, with times in UTC ``…Z``."""
-    placement = booking.placement
-    if placement is not None:
-        slices = placement.slices * len(placement.gpus)
-    elif pool is not None:
-        slices = pool.amount_to_slices(booking.amount)
-    else:
-        slices = None
+def extension_json(
+    booking: dict, current_end: datetime, max_end: datetime | None, reason: str | None,
+    now: datetime,
+) -> dict:
+    """The largest extension of ``booking`` (its JSON) allowed right now, or why there is none;
+    ``now`` is the service's clock, which clients count the time left by."""
+    minutes = 0 if max_end is None else int((max_end - current_end).total_seconds() // 60)
     return {
-        "id": booking.id,
-        "user": booking.user,
-        "pool": booking.pool,
-        "gpus": amount_to_json(booking.amount),
-        "slices": slices,
-        "start": format_time(booking.start),
-        "end": format_time(booking.end),
-        "state": booking.state(now).value,
-        "note": booking.note,
-        "created": format_time(booking.created),
-        "updated": format_time(booking.updated),
-        "placement": placement.to_json() if placement is not None else None,
-        "server": booking.server,
-        # an early release moved "end"; "released_end" is the end that had been booked
-        "released_end": format_time(booking.released_end),
-        "release_reason": booking.release_reason,
-        "opportunistic": booking.opportunistic,
-        "series_id": booking.series_id,
-    }
-
-
-def pool_json(pool: Pool) -> dict:
-    """What users need to choose a pool, plus what the spawner needs to build the pod (GPU UUIDs
-    for pinning, the pool's node selector and backend resource name). Node names are not secret:
-    they appear in placements anyway."""
-    return {
-        "name": pool.name,
-        "display_name": pool.display_name,
-        "description": pool.description,
-        "gpu_model": pool.gpu_model,
-        "gpu_memory_mib": pool.gpu_memory_mib,
-        "backend": pool.backend,
-        "slices_per_gpu": pool.slices_per_gpu,
-        "total_gpus": pool.total_gpus,
-        "max_gpus_per_booking": max(pool.nodes.values()),
-        "nodes": dict(pool.nodes),
-        "gpu_uuids": {node: list(uuids) for node, uuids in pool.gpu_uuids.items()},
-        "node_selector": dict(pool.node_selector),
-        "resource_name": pool.resource_name,
+        "booking": booking,
+        "minutes": minutes,
+        "max_end": format_time(max_end),
+        "reason": reason,
+        "now": format_time(now),
     }
 
 
@@ -89,3 +58,10 @@ def maintenance_json(window: MaintenanceWindow) -> dict:
         "end": format_time(window.end),
         "reason": window.reason,
     }
+
+
+def next_free_json(pool: Pool, gpus, minutes: int, found: tuple[datetime, datetime] | None) -> dict:
+    """The next free slot of ``pool`` for ``gpus`` over ``minutes``; null times when none."""
+    start, end = found if found is not None else (None, None)
+    return {"pool": pool.name, "gpus": amount_to_json(gpus), "minutes": minutes,
+            "start": format_time(start), "end": format_time(end)}

@@ -55,8 +55,8 @@ async def hub_pod(tmp_path: Path, monkeypatch, *, pass_environment: bool):
             tmp_path / "hub",
             extra_service_config=f"""
                 c.GPUBookingService.upgrade_db = True
-                c.GPUBookingService.inventory_from_nodes = True
-                c.GPUBookingService.inventory_pool_templates = {TEMPLATES!r}
+                c.NodeInventory.inventory_from_nodes = True
+                c.NodeInventory.inventory_pool_templates = {TEMPLATES!r}
             """,
             extra_hub_config=f"""
                 import jhub_gpubooking

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from traitlets.config import Config
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.devcluster import DevCluster, gpu_node
@@ -53,21 +54,26 @@ async def cluster_and_service(tmp_path):
             db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}", upgrade_db=True,
             pools=[{"name": "a100", "nodes": {"gpu-a100": 2}}],
             hub_api_url="http://127.0.0.1:9/hub/api", api_token="service-token",
-            clock=ManualClock(NOW), no_show_minutes=15, stopped_release_minutes=30,
-            end_grace_seconds=60, webhook_deadline_grace_seconds=60,
-            webhook_port=port, webhook_address="127.0.0.1",
-            namespace_owners={"alice-jobs": "alice"},
-            inventory_kubeconfig=str(cluster.write_kubeconfig(tmp_path / "kubeconfig")),
+            clock=ManualClock(NOW),
+            config=Config(
+                Lifecycle={"no_show_minutes": 15, "stopped_release_minutes": 30,
+                           "end_grace_seconds": 60},
+                AdmissionWebhook={"webhook_port": port,
+                                  "webhook_address": "127.0.0.1",
+                                  "namespace_owners": {"alice-jobs": "alice"}},
+                ClusterAccess={
+                    "kubeconfig": str(cluster.write_kubeconfig(tmp_path / "kubeconfig"))},
+            ),
         )
         service.setup()
-        service.start_cluster_integration()
+        service.webhook.start()
         configuration = cluster.client_configuration()  # HTTPS, trusting the devcluster's CA
         try:
             async with client.ApiClient(configuration) as api:
                 yield client.CoreV1Api(api), service
         finally:
-            service.stop_cluster_integration()
-            await service.webhook_server.close_all_connections()
+            service.webhook.stop()
+            await service.webhook.server.close_all_connections()
             service.executor.shutdown(wait=True)
 
 
@@ -111,21 +117,21 @@ async def test_one_booking_admits_one_pod_until_it_ends(cluster_and_service):
 
     # the no-show rule sees the webhook's claim: nothing is released while the pod runs
     await wait_for_phase(core, admitted[0].metadata.name, {"Running"})
-    assert await service.lifecycle_tick(at(10, 30)) == []
+    assert await service.lifecycle.tick(at(10, 30)) == []
     assert store.get(booking.id).end == at(11)
     assert store.get(booking.id).server == holder
 
     # the pod ends: the next tick releases the claim, and another pod may use the booking
     await core.delete_namespaced_pod(admitted[0].metadata.name, "alice-jobs")
     await wait_for_phase(core, admitted[0].metadata.name, {None})
-    await service.lifecycle_tick(at(10, 31))
+    await service.lifecycle.tick(at(10, 31))
     assert store.get(booking.id).server is None
     assert [e.kind for e in store.history(booking.id)] == ["created", "claimed", "released"]
 
     quick = await core.create_namespaced_pod("alice-jobs", gpu_pod("quick", QUICK))
     assert store.get(booking.id).server == "pod:alice-jobs/quick"
     assert await wait_for_phase(core, quick.metadata.name, {"Succeeded"}) == "Succeeded"
-    await service.lifecycle_tick(at(10, 32))  # a finished pod stays, but holds nothing
+    await service.lifecycle.tick(at(10, 32))  # a finished pod stays, but holds nothing
     assert store.get(booking.id).server is None
 
 
@@ -135,12 +141,12 @@ async def test_a_pod_outliving_its_booking_is_deleted_and_its_claim_released(clu
     booking = store.create("alice", "a100", 1, at(10), at(11))
     await core.create_namespaced_pod("alice-jobs", gpu_pod("long"))
     await wait_for_phase(core, "long", {"Running"})
-    assert await service.lifecycle_tick(at(11, 0)) == []
+    assert await service.lifecycle.tick(at(11, 0)) == []
     assert await phase(core, "long") == "Running"  # within the grace
 
-    await service.lifecycle_tick(at(11, 1))  # end + 60 s grace: the stop rule deletes the pod
+    await service.lifecycle.tick(at(11, 1))  # end + 60 s grace: the stop rule deletes the pod
     await wait_for_phase(core, "long", {None})
-    await service.lifecycle_tick(at(11, 2))
+    await service.lifecycle.tick(at(11, 2))
     assert store.get(booking.id).server is None
     assert "server_stop_requested" in [e.kind for e in store.history(booking.id)]
 
@@ -151,7 +157,7 @@ async def test_a_claim_whose_pod_never_appeared_is_released_after_the_create_win
     store = service.store
     booking = store.create("alice", "a100", 1, at(10), at(11))
     store.claim(booking.id, "pod:alice-jobs/refused-later")  # as if a later webhook refused it
-    await service.lifecycle_tick(at(10, 5))
+    await service.lifecycle.tick(at(10, 5))
     assert store.get(booking.id).server == "pod:alice-jobs/refused-later"
-    await service.lifecycle_tick(at(10, 6) + timedelta(seconds=1))
+    await service.lifecycle.tick(at(10, 6) + timedelta(seconds=1))
     assert store.get(booking.id).server is None

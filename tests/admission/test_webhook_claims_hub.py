@@ -58,14 +58,13 @@ async def test_one_booking_admits_one_pod_on_the_real_hub(tmp_path):
         kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
         service_config = f"""
             c.GPUBookingService.slot_minutes = 1
-            c.GPUBookingService.lifecycle_interval_seconds = 1
-            c.GPUBookingService.end_grace_seconds = 0
-            c.GPUBookingService.no_show_minutes = 1
-            c.GPUBookingService.webhook_port = {port}
-            c.GPUBookingService.webhook_address = "127.0.0.1"
-            c.GPUBookingService.webhook_deadline_grace_seconds = 0
-            c.GPUBookingService.namespace_owners = {{"ada-jobs": "ada"}}
-            c.GPUBookingService.inventory_kubeconfig = {str(kubeconfig)!r}
+            c.Lifecycle.lifecycle_interval_seconds = 1
+            c.Lifecycle.end_grace_seconds = 0
+            c.Lifecycle.no_show_minutes = 1
+            c.AdmissionWebhook.webhook_port = {port}
+            c.AdmissionWebhook.webhook_address = "127.0.0.1"
+            c.AdmissionWebhook.namespace_owners = {{"ada-jobs": "ada"}}
+            c.ClusterAccess.kubeconfig = {str(kubeconfig)!r}
         """
         with contextlib.ExitStack() as stack:
             # the Hub starts in a thread: the simulated API server runs on this event loop
@@ -99,7 +98,7 @@ async def check_one_pod_per_booking(hub, core) -> None:
         return_exceptions=True)
     admitted = [r for r in results if not isinstance(r, BaseException)]
     refused = [r for r in results if isinstance(r, ApiException)]
-    assert (len(admitted), len(refused)) == (1, 7), results
+    assert (len(admitted), len(refused)) == (1, 7), [getattr(r, "body", r) for r in results]
     name = admitted[0].metadata.name
     for refusal in refused:
         assert refusal.status == 403

@@ -15,9 +15,11 @@ from kubernetes_validate.utils import latest_version, major_minor
 from traitlets.config.loader import PyFileConfigLoader
 from z2jh_values import chart_defaults_and_schema, merged_values, run_hub_config
 
+from jhub_gpubooking.cluster.webhook import AdmissionWebhook
 from jhub_gpubooking.hub_config import SERVICE_SCOPES
 from jhub_gpubooking.inventory import pools_from_nodes
-from jhub_gpubooking.service.app import GPUBookingService
+from jhub_gpubooking.service.app import COMPONENTS, RENAMED_OPTIONS, GPUBookingService
+from jhub_gpubooking.service.config_sections import moved_options
 
 REPO = Path(__file__).parents[2]
 WEBHOOK = REPO / "helm-values" / "webhook"
@@ -132,12 +134,16 @@ def test_values_validate_against_the_chart_and_configure_the_service(tmp_path, m
     config_name = Path(command[command.index("--config") + 1]).name
     config = PyFileConfigLoader(config_name, path=str(tmp_path)).load_config()
     service = GPUBookingService(config=config)
-    assert service.webhook_certfile == str(mount / "tls.crt")
-    assert service.webhook_port == 8443 and service.inventory_from_nodes
+    # the values use the components' own sections (no deprecated flat names)
+    moved = moved_options("GPUBookingService", COMPONENTS, RENAMED_OPTIONS)
+    assert not [place for place in moved if place[1] in config.get(place[0], {})]
+    webhook = AdmissionWebhook(parent=service)
+    assert webhook.webhook_certfile == str(mount / "tls.crt")
+    assert webhook.webhook_port == 8443 and config.NodeInventory.inventory_from_nodes
     assert service.pools  # the base config was loaded too
-    assert set(pools_from_nodes([], service.inventory_pool_templates)) == set()
+    assert set(pools_from_nodes([], config.NodeInventory.inventory_pool_templates)) == set()
     # the hub's own pods name their owner: its service account, in the namespace it runs in
-    assert service.webhook_hub_service_accounts == ["system:serviceaccount:mylab:hub"]
+    assert webhook.webhook_hub_service_accounts == ["system:serviceaccount:mylab:hub"]
 
 
 def test_only_the_api_server_may_reach_the_webhook_port():

@@ -16,6 +16,7 @@ from webhook_server_fixtures import RunningWebhook, gpu_pod, make_store, review_
 
 from jhub_gpubooking.admission import server as webhook_server
 from jhub_gpubooking.admission.server import BUSY, MAX_REVIEW_BYTES
+from jhub_gpubooking.core.model import Placement
 
 START, END = (datetime(2030, 5, 6, 10, 0, tzinfo=timezone.utc),
               datetime(2030, 5, 6, 11, 0, tzinfo=timezone.utc))
@@ -67,6 +68,34 @@ async def test_eight_pods_at_once_get_one_admission_per_booking(webhook, store):
     assert store.get(booking.id).server == f"pod:alice-jobs/train-{admitted[0]}"
     assert all("one booking admits one pod at a time" in answer["status"]["message"]
                for answer in answers if not answer["allowed"])
+
+
+async def test_a_booking_moved_between_the_read_and_the_claim_is_pinned_where_it_went(
+        webhook, store, monkeypatch):
+    """A booking moved just before its start (to let another request in) is read by the
+    review at its old GPUs; the claim sees the final placement, so the webhook gives the
+    claim back and reviews again instead of pinning the pod to the old GPUs."""
+    booking = store.create("alice", "a100", 1, START, END)
+    fresh = store.active_for_users
+    stale_reads = []
+
+    def read_before_the_move(users):
+        found = fresh(users)
+        if not stale_reads:
+            stale_reads.append(found)
+            old = booking.placement
+            return [b.with_changes(placement=Placement(old.node, (1 - old.gpus[0],), old.slices))
+                    for b in found]
+        return found
+
+    monkeypatch.setattr(store, "active_for_users", read_before_the_move)
+    answer = await post(f"{webhook.url}/mutate", review_body(gpu_pod("train-0")))
+    assert answer["allowed"]
+    assert stale_reads, "the first review read the stale placement"
+    assert [e.kind for e in store.history(booking.id)] == ["created", "claimed", "released",
+                                                            "claimed"]
+    assert store.get(booking.id).server == "pod:alice-jobs/train-0"
+    assert store.get(booking.id).placement == booking.placement
 
 
 async def test_dry_run_and_validation_claim_nothing(webhook, store):

@@ -18,6 +18,7 @@ from jhub_gpubooking.core.errors import NoCapacity
 from jhub_gpubooking.core.model import Booking, MaintenanceWindow, Placement, Pool, format_amount
 from jhub_gpubooking.core.placement import (
     availability,
+    fit,
     largest_bookable,
     overbooked_instants,
     place,
@@ -141,6 +142,20 @@ def scenarios(draw):
 
 # ---------------------------------------------------------------- properties
 
+def booked(pool, maintenance, steps) -> list[Booking]:
+    """The bookings a scenario's "book" steps leave (refused ones skipped)."""
+    bookings: list[Booking] = []
+    for step in steps:
+        if step[0] == "book":
+            _, (start, end), amount = step
+            try:
+                placement = place(pool, bookings, hour(start), hour(end), amount, maintenance)
+            except NoCapacity:
+                continue
+            bookings.append(Booking("alice", pool.name, amount, hour(start), hour(end), placement))
+    return bookings
+
+
 
 @core_settings
 @given(scenarios())
@@ -162,11 +177,13 @@ def test_placement_agrees_with_the_brute_force_oracle(scenario):
         largest = largest_bookable(pool, bookings, hour(start), hour(end), maintenance)
         assert largest == oracle_largest(pool, bookings, maintenance, start, end)
         assert (amount <= largest) == possible
+        fitted = fit(pool, bookings, hour(start), hour(end), amount, maintenance)
         try:
             placement = place(pool, bookings, hour(start), hour(end), amount, maintenance)
         except NoCapacity as refusal:
             event("a request was refused")
             assert not possible, "refused although the oracle found a placement"
+            assert fitted is None
             full_start, full_end = hour_of(refusal.full_start), hour_of(refusal.full_end)
             assert start <= full_start < full_end <= end
             assert not oracle_can_place(pool, bookings, maintenance, full_start, full_end, amount)
@@ -177,6 +194,7 @@ def test_placement_agrees_with_the_brute_force_oracle(scenario):
             continue
         event("a request was placed")
         assert possible
+        assert fitted == placement
         assert placement in candidates(pool, amount)
         bookings.append(Booking("alice", pool.name, amount, hour(start), hour(end), placement))
         assert_never_overbooked(pool, bookings, maintenance)
@@ -187,15 +205,7 @@ def test_placement_agrees_with_the_brute_force_oracle(scenario):
 @given(scenarios(), intervals())
 def test_availability_matches_every_hour(scenario, window):
     pool, maintenance, steps = scenario
-    bookings: list[Booking] = []
-    for step in steps:
-        if step[0] == "book":
-            _, (start, end), amount = step
-            try:
-                placement = place(pool, bookings, hour(start), hour(end), amount, maintenance)
-            except NoCapacity:
-                continue
-            bookings.append(Booking("alice", pool.name, amount, hour(start), hour(end), placement))
+    bookings = booked(pool, maintenance, steps)
 
     start, end = window
     intervals_found = availability(pool, bookings, hour(start), hour(end), maintenance)

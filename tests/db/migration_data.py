@@ -29,6 +29,7 @@ TABLE_ORDER = (
     "booking_events",
     "usage_intervals",
     "maintenance_windows",
+    "waits",
 )
 
 
@@ -376,6 +377,72 @@ REVISIONS = [
         },
     ),
 ]
+
+REVISIONS.append(
+    RevisionData(
+        "0004",
+        columns={
+            "waits": {
+                "id": sa.Integer(),
+                "user": sa.String(255),
+                "pool": sa.String(63),
+                "amount_num": sa.Integer(),
+                "amount_den": sa.Integer(),
+                "start": sa.DateTime(),
+                "latest_start": sa.DateTime(),
+                "minutes": sa.Integer(),
+                "priority": sa.Integer(),
+                "groups": sa.JSON(),
+                "note": sa.Text(),
+                "state": sa.String(16),
+                "booking_id": sa.Integer(),
+                "created": sa.DateTime(),
+                "updated": sa.DateTime(),
+                "created_by": sa.String(255),
+            }
+        },
+        rows={
+            "waits": [
+                {
+                    "id": 1,
+                    "user": "zoë",
+                    "pool": "t4",
+                    "amount_num": 1,
+                    "amount_den": 4,
+                    "start": t("2030-01-20 09:00:00"),
+                    "latest_start": t("2030-01-21 17:00:00"),
+                    "minutes": 120,
+                    "priority": 0,
+                    "groups": ["students"],
+                    "note": "any time Monday or Tuesday — ünïcode",
+                    "state": "waiting",
+                    "booking_id": None,
+                    "created": t("2030-01-12 08:00:00"),
+                    "updated": t("2030-01-12 08:00:00"),
+                    "created_by": "zoë",
+                },
+                {
+                    "id": 2,
+                    "user": "bob",
+                    "pool": "a100",
+                    "amount_num": 2,
+                    "amount_den": 1,
+                    "start": t("2030-01-07 10:00:00"),
+                    "latest_start": t("2030-01-07 10:00:00"),
+                    "minutes": 60,
+                    "priority": 3,
+                    "groups": [],
+                    "note": "",
+                    "state": "booked",
+                    "booking_id": 1,
+                    "created": t("2030-01-06 16:00:00"),
+                    "updated": t("2030-01-06 17:00:00"),
+                    "created_by": "admin",
+                },
+            ]
+        },
+    )
+)
 
 REVISION_IDS = [data.revision for data in REVISIONS]
 

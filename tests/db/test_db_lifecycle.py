@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -132,3 +133,25 @@ def test_release_now_frees_the_remainder_for_a_reason(store, lifecycle, clock):
     assert (released.end, released.release_reason) == (at(10, 30), "preempted")
     clock.set(at(12))
     assert lifecycle.release_now(booking.id, "preempted", actor="bob") is None
+
+
+def test_a_pool_with_its_own_no_show_time_releases_on_it(store, lifecycle, clock):
+    # the service-wide rule says 15 minutes; t4 says 30 and a100 keeps the default
+    store.pools = {**store.pools, "t4": replace(store.pools["t4"], no_show_minutes=30)}
+    a100 = book(store)
+    t4 = store.create("bob", "t4", "1/4", at(10), at(12))
+    clock.set(at(10, 16))
+
+    assert [action.booking_id for action in lifecycle.due(clock.now())] == [a100.id]
+    clock.set(at(10, 31))
+    [late] = [action for action in lifecycle.due(clock.now()) if action.booking_id == t4.id]
+    assert (late.new_end, late.reason) == (at(10, 45), ReleaseReason.NO_SHOW)
+    released = lifecycle.release(late, clock.now())
+    assert (released.end, released.release_reason) == (at(10, 45), "no_show")
+
+    # 0 switches the rule off for that pool only, whatever the service-wide rule says
+    store.pools = {**store.pools, "a100": replace(store.pools["a100"], no_show_minutes=0)}
+    assert lifecycle.due(clock.now()) == []
+    # a release computed under the old times is re-checked under the pool's current one
+    stale = Action(ActionKind.RELEASE, a100.id, new_end=at(10, 30), reason=ReleaseReason.NO_SHOW)
+    assert lifecycle.release(stale, clock.now()) is None

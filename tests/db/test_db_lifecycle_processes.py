@@ -117,11 +117,11 @@ def start_service(tmp_path, index, db_url, hub_port, start_file) -> subprocess.P
     config.write_text(
         f"c.GPUBookingService.db_url = {db_url!r}\n"
         f"c.GPUBookingService.pools = {json.dumps(POOLS)}\n"
-        "c.GPUBookingService.lifecycle_interval_seconds = 0.05\n"
-        "c.GPUBookingService.warn_before_minutes = 15\n"
-        "c.GPUBookingService.no_show_minutes = 30\n"
-        "c.GPUBookingService.stopped_release_minutes = 30\n"
-        "c.GPUBookingService.end_grace_seconds = 60\n"
+        "c.Lifecycle.lifecycle_interval_seconds = 0.05\n"
+        "c.Lifecycle.warn_before_minutes = 15\n"
+        "c.Lifecycle.no_show_minutes = 30\n"
+        "c.Lifecycle.stopped_release_minutes = 30\n"
+        "c.Lifecycle.end_grace_seconds = 60\n"
     )
     env = {
         **os.environ,

@@ -124,9 +124,9 @@ def test_grants_cut_for_a_booking_that_still_does_not_fit_are_rolled_back(store)
     store.create("bob", "t4", 1, at(10), at(12))
     lifecycle = opportunistic(store)
 
-    def cut_the_grant_only(session, request, now):
+    def cut_the_grant_only(work, request, now):
         # frees the grant's GPU, but bob's booking still leaves no room for 2 GPUs
-        return bool(lifecycle._preempt(session, request.with_changes(amount=1), now, "carol"))
+        return bool(lifecycle.preempt(work, request.with_changes(amount=1), now, "carol"))
 
     with pytest.raises(NoCapacity):
         store.create("carol", "t4", 2, at(10, 15), at(11), make_room=cut_the_grant_only)

@@ -39,7 +39,7 @@ def test_held_by_prefix_lists_pod_holders_with_their_claim_time(store, clock):
 def test_held_by_prefix_keeps_cancelled_bookings_whose_pod_may_still_run(store):
     held = store.create("ada", "a100", 1, at(10), at(11))
     store.claim(held.id, "pod:alice-jobs/train")
-    with store._transaction(write=True) as session:  # cancelled as "End now" at its start does
-        session.get(BookingRow, held.id).status = "cancelled"
+    with store.unit_of_work() as work:  # cancelled as "End now" at its start does
+        work.session.get(BookingRow, held.id).status = "cancelled"
     [(booking, _)] = store.held_by_prefix("pod:")
     assert (booking.id, booking.status) == (held.id, "cancelled")

@@ -51,6 +51,7 @@ def test_upgrade_from_empty_reaches_head_and_passes_the_check(db_url):
         "feed_tokens",
         "usage_intervals",
         "booking_series",
+        "waits",
     }
 
 

@@ -9,11 +9,20 @@ import pytest
 from db_test_times import NOW, at
 from sqlalchemy import event, select
 
-from jhub_gpubooking.core.errors import Conflict, InvalidRequest, NoCapacity, NotFound
+from jhub_gpubooking.core.clock import ManualClock
+from jhub_gpubooking.core.errors import (
+    Conflict,
+    InvalidRequest,
+    NoCapacity,
+    NotFound,
+    PolicyViolation,
+)
 from jhub_gpubooking.core.model import BookingState, Placement, Pool
+from jhub_gpubooking.db import queries
+from jhub_gpubooking.db.convert import booking_from_row
 from jhub_gpubooking.db.models import BookingRow, FeedTokenRow, PoolRow
 from jhub_gpubooking.db.session import make_session_factory
-from jhub_gpubooking.db.store import BookingStore
+from jhub_gpubooking.db.store import LATE_BOOK_NOW, BookingStore
 
 
 def kinds(store, booking_id: int) -> list[str]:
@@ -74,6 +83,18 @@ def test_book_now_accepts_the_current_slot_but_not_an_earlier_one(store):
         "The start time 2030-01-07 09:45 UTC is in the past; start at 2030-01-07 10:00 UTC "
         "(the current slot) or later."
     )
+
+
+def test_book_now_sent_in_a_slots_last_seconds_may_arrive_just_after_it(make_store):
+    """A "book now" for 10:00 made at 10:14:59 and arriving at 10:15:10 keeps its slot; one
+    arriving later than LATE_BOOK_NOW after the slot ended is refused naming the current slot."""
+    clock = ManualClock(at(10, 15) + timedelta(seconds=10))
+    store = make_store(clock=clock)
+    late = store.create("alice", "a100", 1, at(10), at(11))
+    assert (late.start, late.state(clock.now())) == (at(10), BookingState.ACTIVE)
+    clock.set(at(10, 15) + LATE_BOOK_NOW + timedelta(seconds=1))
+    with pytest.raises(InvalidRequest, match=r"10:00 UTC is in the past; start at 2030-01-07 10:15 UTC"):
+        store.create("bob", "a100", 1, at(10), at(11))
 
 
 def test_end_must_follow_start(store):
@@ -360,10 +381,11 @@ def test_sync_pools_updates_changed_pool_config(make_store, engine):
     assert Pool.from_config(config) == grown
 
 
-def test_placement_reads_only_bookings_overlapping_the_request(store, engine):
+def test_placement_reads_only_bookings_overlapping_the_request(store, engine, monkeypatch):
     # a long history in the same pool: one booking per slot over the past 20 days
     history_start = at(10, days=-20)
-    with store._session_factory.begin() as session:
+    with store.unit_of_work() as work:
+        session = work.session
         for slot in range(200):
             start = history_start + timedelta(hours=2 * slot)
             session.add(
@@ -387,14 +409,13 @@ def test_placement_reads_only_bookings_overlapping_the_request(store, engine):
     store.create("bob", "a100", 1, at(11), at(12))
     loaded = []
 
-    def listener(target, context):
-        loaded.append(target.id)
+    def read(row):
+        loaded.append(row.id)
+        return booking_from_row(row)
 
-    event.listen(BookingRow, "load", listener)
-    try:
-        store.create("carol", "a100", 1, at(11, 30), at(12, 30), is_admin=True)
-    finally:
-        event.remove(BookingRow, "load", listener)
+    # every booking a query reads becomes a Booking through this one function
+    monkeypatch.setattr(queries, "booking_from_row", read)
+    store.create("carol", "a100", 1, at(11, 30), at(12, 30), is_admin=True)
     assert len(loaded) == 1  # bob's booking only, none of the 200 past ones
 
 
@@ -438,3 +459,66 @@ def test_a_holder_the_hub_cannot_tell_about_keeps_its_booking(store):
     store.claim(booking.id, "pod:ns/p", is_running=lambda server: False)
     assert store.held_except_prefix("pod:") == []
     assert [b.id for b, _ in store.held_except_prefix("x:")] == [booking.id]
+
+
+def test_a_created_booking_is_returned_as_it_is_stored(store):
+    # the create answers from the values it inserted, without reading the row back
+    created = store.create("alice", "t4", Fraction(1, 2), at(11), at(12), note="n",
+                           groups=("b", "a"))
+    assert created == store.get(created.id)
+    admin = store.create("bob", "a100", 1, at(11), at(12), is_admin=True, actor="root")
+    assert admin == store.get(admin.id)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_policies_are_worked_out_once_and_forgotten_when_the_configuration_changes(make_store):
+    store = make_store(default_policy={"max_minutes": 60}, group_policies={"staff": {}})
+    first = store.policy_for(["staff"])
+    assert store.policy_for(("staff", "staff")) is first  # kept, whatever order or repeats
+    assert store.policy_for([]).max_minutes == 60
+    store.default_policy = {"max_minutes": 30}
+    assert store.policy_for([]).max_minutes == store.policy_for(["staff"]).max_minutes == 30
+    policies = {"staff": {"max_minutes": 90}}
+    store.group_policies = policies
+    assert store.policy_for(["staff"]).max_minutes == 90
+    policies["staff"] = {"max_minutes": 120}  # the store keeps its own copy
+    assert store.policy_for(["staff"]).max_minutes == 90
+    with pytest.raises(PolicyViolation, match="at most 1 hour 30 minutes"):
+        store.create("alice", "a100", 1, at(11), at(13), groups=["staff"])
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_store_knows_which_pools_it_synced(make_store, pools, engine, clock):
+    store = make_store()
+    assert store.synced_pools == frozenset(pools)
+    grown = {**pools, "h100": Pool(name="h100", nodes={"node-h": 1})}
+    store.pools = grown
+    assert "h100" not in store.synced_pools  # a pool is known once its row is written
+    store.sync_pools()
+    assert store.synced_pools == frozenset(grown)
+    assert store.create("alice", "h100", 1, at(11), at(12)).pool == "h100"
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("filters", [{"state": "upcoming"}, {"start": NOW}, {"state": "active"}],
+                         ids=["upcoming", "from-now", "active"])
+def test_a_users_list_reads_only_bookings_ending_after_now(store, engine, filters):
+    # the lists the spawner and the booking page ask for: a page of a user's current and
+    # future bookings, found by a range on the (user, end) index, so history is never read
+    statements = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().startswith("SELECT") and "FROM bookings" in statement:
+            statements.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        store.list(user="alice", limit=11, **filters)
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    [(statement, parameters)] = statements
+    assert "LIMIT" in statement
+    with engine.connect() as connection:
+        plan = connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
+    details = " ".join(row[-1] for row in plan)
+    assert "USING INDEX ix_bookings_user_end (user=? AND end>?)" in details

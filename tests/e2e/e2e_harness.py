@@ -13,6 +13,8 @@ import secrets
 import signal
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -27,8 +29,6 @@ E2E_DIR = Path(__file__).resolve().parent
 OUTPUT = REPO / "test-output"
 
 
-
-
 def free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
     try:
@@ -41,18 +41,30 @@ def free_ports(count: int) -> list[int]:
 
 
 def start_demo(
-    state_dir: Path, profile: str = "default", db_url: str | None = None
+    state_dir: Path,
+    profile: str = "default",
+    db_url: str | None = None,
+    gated_namespaces: dict[str, str] | None = None,
+    log_dir: Path | None = None,
 ) -> launch.Demo:
-    """The demo on free ports; ``profile="lifecycle"`` runs the lifecycle rules on a fast clock;
-    ``db_url`` puts the booking service on that database instead of the demo's SQLite file."""
-    hub, k8s, hub_internal, proxy_api, service = free_ports(5)
+    """The demo on free ports; ``profile="lifecycle"`` runs the lifecycle rules on a fast clock
+    (``"soak"``: the same, plus servers that outlive a Hub restart and no write rate limit);
+    ``db_url`` puts the booking service on that database instead of the demo's SQLite file;
+    ``gated_namespaces`` (namespace -> owner) are created in the cluster and gated by the
+    service's admission webhook."""
+    hub, k8s, hub_internal, proxy_api, service, webhook = free_ports(6)
+    gated = gated_namespaces or {}
     demo = launch.Demo(
         state_dir=state_dir,
         port=hub,
         k8s_port=k8s,
         admin_token=secrets.token_hex(16),
         hub_config=E2E_DIR / "hub_config.py",
-        log_dir=OUTPUT / "e2e-logs" / state_dir.name,
+        log_dir=log_dir or OUTPUT / "e2e-logs" / state_dir.name,
+        extra_namespaces=tuple(gated),
+        admission_webhooks=tuple(
+            f"http://127.0.0.1:{webhook}/{review}" for review in ("mutate", "validate") if gated
+        ),
         extra_env={
             "E2E_DEMO_DIR": str(REPO / "demo"),
             "E2E_PROFILE": profile,
@@ -60,9 +72,25 @@ def start_demo(
             "DEMO_PROXY_API_PORT": str(proxy_api),
             "DEMO_SERVICE_PORT": str(service),
             **({"E2E_DB_URL": db_url} if db_url else {}),
+            **({"E2E_WEBHOOK_PORT": str(webhook),
+                "E2E_GATED_NAMESPACES": ",".join(f"{ns}={owner}" for ns, owner in gated.items())}
+               if gated else {}),
         },
     )
     return demo.start()
+
+
+@contextmanager
+def running_demo(state_dir: Path, **options) -> Iterator[Driver]:
+    """The demo started with ``options`` (those of :func:`start_demo`) and a Driver on it; both
+    are stopped on leaving, whatever happened inside."""
+    demo = start_demo(state_dir, **options)
+    driver = Driver(demo)
+    try:
+        yield driver
+    finally:
+        driver.close()
+        demo.stop()
 
 
 class Driver:
@@ -76,9 +104,13 @@ class Driver:
             base_url=f"{demo.hub_url}/services/gpu-booking/api/", headers=headers, timeout=60
         )
         self.proxy = httpx.Client(base_url=demo.hub_url, headers=headers, timeout=30)
+        access = KubeconfigAccess.read(demo.kubeconfig)  # what kubectl and KubeSpawner use
+        self.cluster = httpx.Client(
+            base_url=access.server, headers=access.headers, verify=access.ssl_context(), timeout=30
+        )
 
     def close(self) -> None:
-        for client in (self.hub, self.booking, self.proxy):
+        for client in (self.hub, self.booking, self.proxy, self.cluster):
             client.close()
 
     # -- bookings --------------------------------------------------------------------------------
@@ -144,13 +176,16 @@ class Driver:
     # -- the simulated cluster -------------------------------------------------------------------
 
     def pods(self) -> dict[str, dict]:
-        access = KubeconfigAccess.read(self.demo.kubeconfig)  # what kubectl and KubeSpawner use
-        response = httpx.get(
-            f"{access.server}/api/v1/namespaces/{self.demo.namespace}/pods",
-            headers=access.headers, verify=access.ssl_context(),
-        )
+        """The pods of the Hub's namespace, by name."""
+        response = self.cluster.get(f"/api/v1/namespaces/{self.demo.namespace}/pods")
         response.raise_for_status()
         return {pod["metadata"]["name"]: pod for pod in response.json()["items"]}
+
+    def cluster_pods(self) -> list[dict]:
+        """Every pod of the cluster, the Hub's and those made outside the Hub."""
+        response = self.cluster.get("/api/v1/pods")
+        response.raise_for_status()
+        return response.json()["items"]
 
     # -- the booking service process -------------------------------------------------------------
 

@@ -6,15 +6,27 @@ load_subconfig(os.path.join(os.environ["E2E_DEMO_DIR"], "gpubooking_config.py"))
 c.GPUBookingService.slot_minutes = 1
 if os.environ.get("E2E_DB_URL"):
     c.GPUBookingService.db_url = os.environ["E2E_DB_URL"]
-    c.GPUBookingService.lifecycle_interval_seconds = 1
+    c.Lifecycle.lifecycle_interval_seconds = 1
 c.GPUBookingService.default_policy = {"max_minutes": 8 * 60, "max_bookings": 10, "max_gpus": 4}
 
-if os.environ.get("E2E_PROFILE") == "lifecycle":
+if os.environ.get("E2E_PROFILE") in ("lifecycle", "soak"):
     # the lifecycle rules on a clock fast enough for a test: a tick a second, minutes not hours
-    c.GPUBookingService.lifecycle_interval_seconds = 1
-    c.GPUBookingService.end_grace_seconds = 0
-    c.GPUBookingService.warn_before_minutes = 1
-    c.GPUBookingService.no_show_minutes = 1
-    c.GPUBookingService.stopped_release_minutes = 1
-    c.GPUBookingService.opportunistic_enabled = True
-    c.GPUBookingService.opportunistic_horizon_minutes = 30
+    c.Lifecycle.lifecycle_interval_seconds = 1
+    c.Lifecycle.end_grace_seconds = 0
+    c.Lifecycle.warn_before_minutes = 1
+    c.Lifecycle.no_show_minutes = 1
+    c.Lifecycle.stopped_release_minutes = 1
+    c.Opportunistic.opportunistic_enabled = True
+    c.Opportunistic.opportunistic_horizon_minutes = 30
+
+if os.environ.get("E2E_PROFILE") == "soak":
+    # the lifecycle soak (tests/e2e/soak.py): a script writes far faster than a person clicks,
+    # and pods made outside the Hub in gated namespaces go through the service's webhook
+    c.GPUBookingService.write_rate_per_minute = 0
+    c.AdmissionWebhook.webhook_port = int(os.environ["E2E_WEBHOOK_PORT"])
+    c.AdmissionWebhook.webhook_address = "127.0.0.1"
+    owners = dict(item.split("=") for item in os.environ["E2E_GATED_NAMESPACES"].split(","))
+    c.AdmissionWebhook.webhook_namespaces = list(owners)
+    c.AdmissionWebhook.namespace_owners = owners
+    c.AdmissionWebhook.webhook_deadline_grace_seconds = 0
+    c.ClusterAccess.kubeconfig = os.path.join(os.environ["DEMO_STATE_DIR"], "kubeconfig")

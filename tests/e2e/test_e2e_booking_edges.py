@@ -10,7 +10,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from e2e_harness import Driver, start_demo
+from e2e_harness import running_demo
 
 from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time, parse_time
 
@@ -19,13 +19,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    demo = start_demo(tmp_path_factory.mktemp("e2e-edges"), profile="lifecycle")
-    client = Driver(demo)
-    try:
+    with running_demo(tmp_path_factory.mktemp("e2e-edges"), profile="lifecycle") as client:
         yield client
-    finally:
-        client.close()
-        demo.stop()
 
 
 def now() -> datetime:

@@ -4,46 +4,13 @@ pick the GPU profile in the chooser, land in JupyterLab. Screenshots go to test-
 
 from __future__ import annotations
 
-import shutil
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from e2e_harness import OUTPUT
+from browser_harness import ZONE, page, screenshot  # noqa: F401 (page is a fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-sync_api = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
-ZONE = "America/New_York"  # not UTC, so the page's time-zone handling is on the path
-SCREENSHOTS = OUTPUT / "screenshots"
-
-
-@pytest.fixture
-def page():
-    if not shutil.which(CHROMIUM):
-        reason = f"Chromium is not installed at {CHROMIUM}"
-        print(reason)
-        pytest.skip(reason)
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(
-            timezone_id=ZONE, locale="en-US", viewport={"width": 1280, "height": 900}
-        )
-        page = context.new_page()
-        page.on("dialog", lambda dialog: dialog.accept())
-        yield page
-        context.close()
-        browser.close()
-
-
-def screenshot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def local_minute(when: datetime) -> str:

@@ -13,7 +13,7 @@ import time
 
 import httpx
 import pytest
-from e2e_harness import Driver, start_demo
+from e2e_harness import Driver, running_demo
 
 from jhub_gpubooking.chooser import SERVICE_UNAVAILABLE_MESSAGE
 from jhub_gpubooking.db.session import DATABASE_UNAVAILABLE_MESSAGE
@@ -25,13 +25,9 @@ PROMISED_SECONDS = 5
 
 @pytest.fixture(scope="module")
 def outage_driver(tmp_path_factory, private_postgres):
-    demo = start_demo(tmp_path_factory.mktemp("e2e-db-outage"), db_url=private_postgres.url)
-    driver = Driver(demo)
-    try:
+    with running_demo(tmp_path_factory.mktemp("e2e-db-outage"),
+                      db_url=private_postgres.url) as driver:
         yield driver
-    finally:
-        driver.close()
-        demo.stop()
 
 
 def bookings_of(driver: Driver, user: str, client: httpx.Client | None = None) -> httpx.Response:

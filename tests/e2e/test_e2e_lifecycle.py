@@ -11,20 +11,15 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from e2e_harness import Driver, start_demo
+from e2e_harness import running_demo
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    demo = start_demo(tmp_path_factory.mktemp("e2e-lifecycle"), profile="lifecycle")
-    client = Driver(demo)
-    try:
+    with running_demo(tmp_path_factory.mktemp("e2e-lifecycle"), profile="lifecycle") as client:
         yield client
-    finally:
-        client.close()
-        demo.stop()
 
 
 def notices(driver, user: str) -> list[dict]:

@@ -36,13 +36,17 @@ def hub(request, tmp_path_factory):
 
 
 class Windows:
-    """Hands out non-overlapping 3-hour windows from tomorrow on."""
+    """Hands out non-overlapping 3-hour windows from the day after tomorrow on: still upcoming
+    when the run crosses midnight (a first window "tomorrow 00:00" taken at collection time
+    was active for tests that ran after midnight)."""
 
     def __init__(self) -> None:
         self.counter = itertools.count()
-        self.day0 = floor_to_grid(datetime.now(timezone.utc), 24 * 60) + timedelta(days=1)
+        self.day0: datetime | None = None
 
     def next(self, hours: int = 2) -> tuple[str, str]:
+        if self.day0 is None:  # at the first booking, not at import
+            self.day0 = floor_to_grid(datetime.now(timezone.utc), 24 * 60) + timedelta(days=2)
         n = next(self.counter)
         start = self.day0 + timedelta(days=n // 8, hours=(n % 8) * 3)
         return format_time(start), format_time(start + timedelta(hours=hours))
@@ -111,6 +115,40 @@ def test_booking_round_trip(hub):
     assert "already cancelled" in error(ada.delete(booking_url), 409)
 
 
+def test_the_largest_extension_is_what_patch_accepts(hub):
+    ada, bob = client(hub, "ada"), client(hub, "bob")
+    booking = book(hub)
+    url = f"api/bookings/{booking['id']}"
+    end = datetime.fromisoformat(booking["end"].replace("Z", "+00:00"))
+    # bob takes the whole pool from 30 minutes after ada's end
+    gap = {"pool": "a100", "gpus": 2, "start": format_time(end + timedelta(minutes=30)),
+           "end": format_time(end + timedelta(minutes=45))}
+    blockers = [bob.post("api/bookings", json=gap).json() for _ in range(2)]
+    try:
+        assert all("id" in blocker for blocker in blockers), blockers
+        offer = ada.get(f"{url}/extension")
+        assert offer.status_code == 200, offer.text
+        offer = offer.json()
+        assert offer["booking"] == ada.get(url).json()
+        assert (offer["minutes"], offer["max_end"], offer["reason"]) == (30, gap["start"], None)
+        assert abs(datetime.fromisoformat(offer["now"].replace("Z", "+00:00"))
+                   - datetime.now(timezone.utc)) < timedelta(minutes=1)
+        beyond = format_time(end + timedelta(minutes=45))
+        refusal = ada.patch(url, json={"end": beyond})
+        assert refusal.status_code == 409, refusal.text
+        assert ada.patch(url, json={"end": offer["max_end"]}).json()["end"] == offer["max_end"]
+        none = ada.get(f"{url}/extension").json()
+        assert (none["minutes"], none["max_end"], none["reason"]) == (
+            0, None, refusal.json()["message"]
+        )
+    finally:
+        # give the time back, or later tests find the pool full
+        for blocker in blockers:
+            if "id" in blocker:
+                bob.delete(f"api/bookings/{blocker['id']}")
+        ada.delete(url)
+
+
 def test_unknown_and_missing_fields_are_named(hub):
     start, end = windows.next()
     ada = client(hub, "ada")
@@ -153,8 +191,34 @@ def test_full_capacity_is_a_409_naming_what_is_left(hub):
     body = {"pool": "a100", "gpus": 2, "start": start, "end": end}
     for user in ("ada", "bob"):
         assert client(hub, user).post("api/bookings", json=body).status_code == 201
-    message = error(client(hub, "carol").post("api/bookings", json={**body, "gpus": 1}), 409)
+    carol = client(hub, "carol")
+    refused = carol.post("api/bookings", json={**body, "gpus": 1})
+    message = error(refused, 409)
     assert message.endswith(".")
+    # it names the earliest free interval of the same length: right after the full one
+    later = format_time(datetime.fromisoformat(end) + timedelta(hours=2))
+    assert refused.json()["next_free"] == {"start": end, "end": later}
+    assert f"{later[11:16]} UTC." in message
+    asked = {"gpus": "1", "minutes": 120, "after": start}
+    assert carol.get("api/pools/a100/next-free", params=asked).json() == {
+        "pool": "a100", "gpus": 1, "minutes": 120, "start": end, "end": later,
+    }
+    booked = carol.post("api/bookings", json={**body, "gpus": 1, **refused.json()["next_free"]})
+    assert booked.status_code == 201, booked.text
+    assert carol.delete(f"api/bookings/{booked.json()['id']}").status_code == 200
+
+
+def test_next_free_refuses_what_cannot_be_booked(hub):
+    ada = client(hub, "ada")
+    assert "multiple of 15" in error(
+        ada.get("api/pools/a100/next-free", params={"gpus": 1, "minutes": 20}), 400
+    )
+    assert "'minutes'" in error(ada.get("api/pools/a100/next-free", params={"gpus": 1}), 400)
+    assert "'gpus'" in error(ada.get("api/pools/a100/next-free", params={"minutes": 60}), 400)
+    assert error(ada.get("api/pools/h100/next-free", params={"gpus": 1, "minutes": 60}), 404)
+    assert client(hub, "anonymous").get(
+        "api/pools/a100/next-free", params={"gpus": 1, "minutes": 60}
+    ).status_code == 403
 
 
 def test_only_admins_book_for_others(hub):
@@ -197,6 +261,8 @@ MATRIX = [
     ("GET", "api/bookings?user=ada", None, (403, 403, 200, 200, 200)),
     ("GET", "api/bookings/{id}", None, (403, 404, 200, 200, 200)),
     ("PATCH", "api/bookings/{id}", {"end": "{end}"}, (403, 404, 200, 200, 403)),
+    ("GET", "api/bookings/{id}/extension", None, (403, 404, 200, 200, 403)),
+    ("POST", "api/pools/shared/claim", {"user": "ada", "server": ""}, (403, 403, 403, 200, 200)),
     ("POST", "api/bookings/{id}/claim", {"server": ""}, (403, 403, 403, 200, 200)),
     ("POST", "api/bookings/{id}/release", {"server": ""}, (403, 403, 403, 200, 200)),
     ("GET", "api/users/ada/bookings/active", None, (403, 403, 200, 200, 200)),
@@ -258,6 +324,32 @@ def test_claim_takes_over_from_a_server_the_hub_reports_stopped(hub):
     upcoming = book(hub, "bob")
     assert "cannot be used before" in error(
         spawner.post(f"api/bookings/{upcoming['id']}/claim", json={"server": ""}), 409
+    )
+
+
+def test_pool_claim_answers_pool_and_booking_or_the_reason(hub):
+    booking = book_now(hub, "bob")
+    spawner = client(hub, SPAWNER)
+    body = {"user": "bob", "server": "gpu3", "booking": booking["id"]}
+    claimed = spawner.post("api/pools/shared/claim", json=body)
+    assert claimed.status_code == 200, claimed.text
+    answer = claimed.json()
+    assert set(answer) == {"pool", "booking"}
+    pools = client(hub, SPAWNER).get("api/pools").json()
+    assert answer["pool"] == next(pool for pool in pools if pool["name"] == "shared")
+    assert (answer["booking"]["id"], answer["booking"]["server"]) == (booking["id"], "gpu3")
+    assert answer["booking"]["placement"] == booking["placement"]
+    spawner.post(f"api/bookings/{booking['id']}/release", json={"server": "gpu3"})
+
+    not_booked = spawner.post("api/pools/shared/claim", json={"user": "dora", "server": ""})
+    assert not_booked.status_code == 403
+    assert (not_booked.json()["reason"], not_booked.json()["pool"]["name"]) == (
+        "not_booked", "shared"
+    )
+    unknown = spawner.post("api/pools/h100/claim", json={"user": "bob", "server": ""})
+    assert (unknown.status_code, unknown.json()["reason"]) == (404, "pool_unknown")
+    assert "'booking' must be" in error(
+        spawner.post("api/pools/shared/claim", json={**body, "booking": True}), 400
     )
 
 
@@ -339,3 +431,32 @@ def test_flagged_bookings_answer_an_object_even_when_empty(hub):
     """Without cluster inventory nothing is ever flagged; the routes still answer the documented shape."""
     assert client(hub, OWNER).get("api/flagged").json() == {"flagged": []}
     assert client(hub, ADMIN).get("api/admin/flagged").json() == {"flagged": []}
+
+
+def test_a_refused_request_waits_and_is_booked_when_a_booking_is_cancelled(hub):
+    start, end = windows.next()
+    body = {"pool": "a100", "gpus": 2, "start": start, "end": end}
+    blocking = [client(hub, user).post("api/bookings", json=body).json() for user in ("ada", "carol")]
+    bob = client(hub, "bob")
+    assert bob.post("api/bookings", json=body).status_code == 409
+    joined = bob.post("api/waits", json={**body, "note": "waiting"})
+    assert joined.status_code == 201, joined.text
+    wait = joined.json()
+    assert (wait["state"], wait["latest_start"], wait["minutes"]) == ("waiting", start, 120)
+    assert joined.headers["Location"].endswith(f"api/waits/{wait['id']}")
+    assert client(hub, "ada").get(f"api/waits/{wait['id']}").status_code == 404
+    assert client(hub, "ada").delete(f"api/bookings/{blocking[0]['id']}").status_code == 200
+    # the cancel served the waitlist before it answered
+    booked = bob.get(f"api/waits/{wait['id']}").json()
+    assert booked["state"] == "booked"
+    booking = bob.get(f"api/bookings/{booked['booking_id']}").json()
+    assert (booking["user"], booking["start"], booking["end"]) == ("bob", start, end)
+    listed = bob.get("api/waits", params={"state": "booked"}).json()["waits"]
+    assert [w["id"] for w in listed] == [wait["id"]]
+    kinds = {n["kind"]: n for n in bob.get("api/users/bob/notices").json()["notices"]}
+    assert kinds["wait_booked"]["booking_id"] == booking["id"]
+    calendar = Calendar.from_ical(bob.get("api/users/bob/bookings.ics").content)
+    assert f"booking-{booking['id']}@gpu-booking" in [str(e["uid"]) for e in calendar.walk("VEVENT")]
+    assert "no longer be withdrawn" in error(bob.delete(f"api/waits/{wait['id']}"), 409)
+    for done in (booking["id"], blocking[1]["id"]):
+        assert client(hub, "admin").delete(f"api/bookings/{done}").status_code == 200

@@ -45,8 +45,9 @@ _slots = itertools.count()
 
 
 def next_window(hours: int = 2) -> tuple[str, str]:
-    """Non-overlapping windows from tomorrow on (inside the test Hub's 60-day horizon)."""
-    day0 = floor_to_grid(datetime.now(timezone.utc), 24 * 60) + timedelta(days=1)
+    """Non-overlapping windows from the day after tomorrow on (inside the test Hub's 60-day
+    horizon; never starting within minutes, even when a run crosses midnight)."""
+    day0 = floor_to_grid(datetime.now(timezone.utc), 24 * 60) + timedelta(days=2)
     start = day0 + timedelta(hours=3 * next(_slots))
     return format_time(start), format_time(start + timedelta(hours=hours))
 

@@ -16,6 +16,7 @@ from jhub_gpubooking.core.policy import SAFE_DEFAULT_POLICY, Policy, check_booki
 from jhub_gpubooking.service.api import decode_cursor, encode_cursor
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.base import RETRY_AFTER_SECONDS, hub_user_model
+from jhub_gpubooking.service.pages import ReservationPage
 
 NOW = datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc)
 
@@ -50,9 +51,9 @@ def test_the_safe_default_policy_is_the_option_default_and_bounds_length_and_hor
 
 
 def test_page_list_size_stays_within_the_api_page_maximum():
-    assert GPUBookingService().page_list_size == 100
+    assert ReservationPage().page_list_size == 100
     with pytest.raises(Exception, match="page_list_size must be from 1 to 500"):
-        GPUBookingService(page_list_size=501)
+        ReservationPage(page_list_size=501)
 
 
 def test_a_cursor_round_trips_and_a_forged_one_is_refused():

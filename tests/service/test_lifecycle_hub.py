@@ -13,8 +13,8 @@ from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid, format_ti
 
 FAST_LIFECYCLE = """
 c.GPUBookingService.slot_minutes = 1
-c.GPUBookingService.lifecycle_interval_seconds = 1
-c.GPUBookingService.end_grace_seconds = 0
+c.Lifecycle.lifecycle_interval_seconds = 1
+c.Lifecycle.end_grace_seconds = 0
 """
 
 

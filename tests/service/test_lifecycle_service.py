@@ -12,6 +12,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.handlers import Message
 from tornado import web
 from tornado.httpserver import HTTPServer
+from traitlets.config import Config
 
 from jhub_gpubooking.core.accounting import Report, UsageTotals
 from jhub_gpubooking.core.clock import ManualClock
@@ -106,14 +107,20 @@ async def service(tmp_path, fake_hub, mailbox):
         hub_api_url=hub_api_url,
         api_token="service-token",
         clock=ManualClock(NOW),
-        end_grace_seconds=120,
-        warn_before_minutes=10,
-        no_show_minutes=15,
-        stopped_release_minutes=30,
-        smtp_host="127.0.0.1",
-        smtp_port=smtp_port,
-        email_address_template="{user}@lab.example",
         public_url="https://hub.example",
+        config=Config(
+            Lifecycle={
+                "end_grace_seconds": 120,
+                "warn_before_minutes": 10,
+                "no_show_minutes": 15,
+                "stopped_release_minutes": 30,
+            },
+            EmailWarnings={
+                "smtp_host": "127.0.0.1",
+                "smtp_port": smtp_port,
+                "email_address_template": "{user}@lab.example",
+            },
+        ),
     )
     service.setup()
     yield service
@@ -129,8 +136,8 @@ async def test_tick_warns_by_email_then_stops_the_server_through_the_hub(
     service.store.claim(booking.id, "gpu-lab")
     servers["ada"] = {"gpu-lab": running_on(booking.id)}
 
-    assert await service.lifecycle_tick(at(10, 49)) == []
-    [warn] = await service.lifecycle_tick(at(10, 50))
+    assert await service.lifecycle.tick(at(10, 49)) == []
+    [warn] = await service.lifecycle.tick(at(10, 50))
     assert warn.kind is ActionKind.WARN
     [mail] = box.messages
     assert (mail["To"], mail["Subject"]) == (
@@ -138,13 +145,13 @@ async def test_tick_warns_by_email_then_stops_the_server_through_the_hub(
         "Your GPU booking ends at 11:00 UTC",
     )
     assert "https://hub.example/services/gpu-booking/" in mail.get_payload(decode=True).decode()
-    assert await service.lifecycle_tick(at(10, 55)) == []
+    assert await service.lifecycle.tick(at(10, 55)) == []
 
-    assert await service.lifecycle_tick(at(11, 1)) == []  # within the 2-minute grace
-    [stop] = await service.lifecycle_tick(at(11, 2))
+    assert await service.lifecycle.tick(at(11, 1)) == []  # within the 2-minute grace
+    [stop] = await service.lifecycle.tick(at(11, 2))
     assert stop.kind is ActionKind.STOP_SERVER
     assert calls == [("ada", "gpu-lab", "token service-token")]
-    assert await service.lifecycle_tick(at(11, 3)) == []
+    assert await service.lifecycle.tick(at(11, 3)) == []
     assert service.metrics.server_stops._value.get() == 1
 
 
@@ -154,10 +161,10 @@ async def test_a_claim_whose_server_the_hub_does_not_know_expires_and_nothing_is
     _, calls, _ = fake_hub
     booking = service.store.create("ghost", "a100", "1", at(10), at(11))
     service.store.claim(booking.id, "")
-    await service.lifecycle_tick(at(11, 5))
+    await service.lifecycle.tick(at(11, 5))
     assert calls == []
     assert service.store.get(booking.id).server is None
-    assert await service.lifecycle_tick(at(11, 10)) == []
+    assert await service.lifecycle.tick(at(11, 10)) == []
 
 
 async def test_the_end_stops_no_server_that_runs_without_its_booking(service, fake_hub):
@@ -165,10 +172,10 @@ async def test_the_end_stops_no_server_that_runs_without_its_booking(service, fa
     booking = service.store.create("ada", "a100", "1", at(10), at(11))
     service.store.claim(booking.id, "")
     servers["ada"] = {"": running_on(None)}  # a CPU server now holds the name
-    await service.lifecycle_tick(at(10, 30))
+    await service.lifecycle.tick(at(10, 30))
     assert service.store.get(booking.id).server is None  # the stale claim expired
     assert [e.kind for e in service.store.history(booking.id)][-1] == "claim_expired"
-    await service.lifecycle_tick(at(11, 5))
+    await service.lifecycle.tick(at(11, 5))
     assert calls == []
 
 
@@ -177,19 +184,37 @@ async def test_while_the_hub_cannot_say_nothing_is_stopped_or_expired(service, f
     booking = service.store.create("ada", "a100", "1", at(10), at(11))
     service.store.claim(booking.id, "")
     servers["ada"] = {"": {"ready": True, "pending": None}}  # no state: scope missing
-    await service.lifecycle_tick(at(11, 5))
+    await service.lifecycle.tick(at(11, 5))
     assert calls == [] and service.store.get(booking.id).server == ""
     servers["ada"] = {"": {"ready": False, "pending": "spawn", "state": {}}}  # starting
-    await service.lifecycle_tick(at(11, 6))
+    await service.lifecycle.tick(at(11, 6))
     assert calls == [] and service.store.get(booking.id).server == ""
     servers["ada"] = {"": running_on(booking.id)}
-    await service.lifecycle_tick(at(11, 7))
+    await service.lifecycle.tick(at(11, 7))
     assert calls == [("ada", "", "token service-token")]
+
+
+async def test_a_start_still_pending_at_the_end_is_stopped_not_left_to_come_up(
+    service, fake_hub
+):
+    _, calls, servers = fake_hub
+    booking = service.store.create("ada", "a100", "1", at(10), at(11))
+    service.store.claim(booking.id, "gpu-lab")
+    # the start (e.g. an image pull) is still pending; its spawner claimed this booking
+    servers["ada"] = {"gpu-lab": {"ready": False, "pending": "spawn",
+                                  "state": {"gpu_booking_id": booking.id}}}
+    assert await service.lifecycle.tick(at(11, 1)) == []  # within the grace: it may start
+    [stop] = await service.lifecycle.tick(at(11, 2))
+    assert stop.kind is ActionKind.STOP_SERVER
+    # the Hub's DELETE interrupts a pending start; the stop is recorded, not repeated
+    assert calls == [("ada", "gpu-lab", "token service-token")]
+    assert await service.lifecycle.tick(at(11, 3)) == []
+    assert calls == [("ada", "gpu-lab", "token service-token")]
 
 
 async def test_unused_booking_is_released_and_noticed(service):
     booking = service.store.create("bob", "a100", "2", at(10), at(12))
-    [release] = await service.lifecycle_tick(at(10, 20))
+    [release] = await service.lifecycle.tick(at(10, 20))
     assert release.kind is ActionKind.RELEASE
     released = service.store.get(booking.id)
     assert (released.end, released.release_reason) == (at(10, 30), "no_show")
@@ -220,6 +245,20 @@ def test_notices_tell_of_the_coming_end_and_of_releases():
             "message": "Your booking #2 in pool a100 was released at 2030-01-07 10:30 UTC "
             "because no server used it within 15 minutes of its start.",
         },
+    ]
+
+
+def test_a_no_show_notice_names_the_wait_of_its_own_pool():
+    released = [
+        Booking("ada", pool, 1, at(9), at(9, 15), id=n, released_end=at(12),
+                release_reason="no_show")
+        for n, pool in enumerate(("a100", "t4"), start=1)
+    ]
+    notices = notices_json(released, at(10), None, {"no_show": 15}, {"t4": 10})
+
+    assert [notice["message"].split(" because ")[1] for notice in notices] == [
+        "no server used it within 15 minutes of its start.",
+        "no server used it within 10 minutes of its start.",
     ]
 
 

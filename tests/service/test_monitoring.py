@@ -9,6 +9,7 @@ import pytest
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
+from traitlets.config import Config
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.service.app import GPUBookingService
@@ -84,9 +85,10 @@ def make_service(tmp_path, prometheus_url: str) -> GPUBookingService:
         upgrade_db=True,
         pools=[{"name": "a100", "nodes": {"node-a": 2, "node-b": 1}}],
         clock=ManualClock(NOW),
-        prometheus_url=prometheus_url,
-        prometheus_timeout_seconds=0.5,
         api_token="service-token",
+        config=Config(
+            GPUMonitoring={"prometheus_url": prometheus_url, "prometheus_timeout_seconds": 0.5}
+        ),
     )
     service.setup()
     return service
@@ -98,7 +100,7 @@ async def holders_with_utilisation(service) -> tuple[list[dict], str]:
         booking = store.create(user, "a100", 1, AT_TEN, AT_ELEVEN)
         store.claim(booking.id, "")
     holders = holders_json(store.list(), {}, NOW)
-    state = await service.add_gpu_utilisation(holders)
+    state = await service.monitoring.add_gpu_utilisation(holders)
     return holders, state
 
 

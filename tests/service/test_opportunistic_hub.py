@@ -12,9 +12,9 @@ from hub_harness import REAL_SERVER_HUB_CONFIG, hub_server, start_booking_hub, w
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
 
 OPPORTUNISTIC = """
-c.GPUBookingService.opportunistic_enabled = True
-c.GPUBookingService.opportunistic_horizon_minutes = 60
-c.GPUBookingService.lifecycle_interval_seconds = 0
+c.Opportunistic.opportunistic_enabled = True
+c.Opportunistic.opportunistic_horizon_minutes = 60
+c.Lifecycle.lifecycle_interval_seconds = 0
 """
 
 

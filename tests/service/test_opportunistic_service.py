@@ -5,11 +5,13 @@ The Hub API is a tiny in-process Tornado app recording the calls."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from types import SimpleNamespace
 
 import pytest
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
+from traitlets.config import Config
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.service.app import GPUBookingService
@@ -47,12 +49,14 @@ async def service(tmp_path):
     service = GPUBookingService(
         db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}",
         upgrade_db=True,
-        pools=[{"name": "t4", "nodes": {"node-c": 1}, "slices_per_gpu": 4, "backend": "hami"}],
+        pools=[{"name": "t4", "nodes": {"node-c": 1}, "slices_per_gpu": 4, "backend": "hami",
+                "gpu_memory_mib": 15360}],
         hub_api_url=f"http://127.0.0.1:{sockets[0].getsockname()[1]}/hub/api",
         api_token="service-token",
         clock=ManualClock(NOW),
-        opportunistic_enabled=True,
-        opportunistic_horizon_minutes=30,
+        config=Config(
+            Opportunistic={"opportunistic_enabled": True, "opportunistic_horizon_minutes": 30}
+        ),
     )
     service.setup()
     yield service, calls, running
@@ -62,12 +66,14 @@ async def service(tmp_path):
 
 async def test_a_booking_preempts_a_running_grant_and_the_hub_stops_its_server(service):
     service, calls, running = service
-    grant = service.opportunistic.grant("ada", "t4", 1, service.opportunistic_horizon_minutes)
+    grant = service.opportunistic.bookings.grant(
+        "ada", "t4", 1, service.opportunistic.opportunistic_horizon_minutes
+    )
     service.store.claim(grant.id, "")
     running["ada"] = grant.id
     start, end = NOW.replace(minute=0), NOW.replace(hour=11, minute=0)
 
-    booking = await service.create_booking("bob", "t4", "1/2", start, end, actor="bob")
+    booking = await service.opportunistic.create_booking("bob", "t4", "1/2", start, end, actor="bob")
 
     assert booking.amount * 4 == 2 and not booking.opportunistic
     assert calls == [("ada", "")]
@@ -79,6 +85,32 @@ async def test_a_booking_preempts_a_running_grant_and_the_hub_stops_its_server(s
         "booking needed the GPU it was using."
     )
     # the stop is recorded, so the lifecycle tick does not ask the Hub again
-    assert await service.lifecycle_tick(NOW) == []
+    assert await service.lifecycle.tick(NOW) == []
     assert calls == [("ada", "")]
     assert service.metrics.releases.labels("preempted")._value.get() == 1
+
+
+async def test_a_preempted_grant_a_webhook_pod_holds_deletes_the_pod_and_keeps_the_claim(service):
+    service, calls, _running = service
+    deleted = []
+
+    class PodClaims:
+        """The webhook's pod claims: records the pods the lifecycle asks it to delete."""
+
+        async def stop_pod(self, booking) -> bool:
+            deleted.append((booking.id, booking.server))
+            return True
+
+    service.lifecycle.webhook = SimpleNamespace(pod_claims=PodClaims())
+    grant = service.opportunistic.bookings.grant(
+        "ada", "t4", 1, service.opportunistic.opportunistic_horizon_minutes
+    )
+    service.store.claim(grant.id, "pod:jobs-ada/train-1")
+    start, end = NOW.replace(minute=0), NOW.replace(hour=11, minute=0)
+
+    await service.opportunistic.create_booking("bob", "t4", "1/2", start, end, actor="bob")
+
+    assert deleted == [(grant.id, "pod:jobs-ada/train-1")]
+    assert calls == []  # no Hub server holds it
+    # the claim stays until the webhook sees the pod gone: no second pod takes the grant
+    assert service.store.get(grant.id).server == "pod:jobs-ada/train-1"

@@ -125,6 +125,18 @@ def open_page(context, hub: RunningHub, user: str):
     return page
 
 
+def csp_violations(context) -> list[str]:
+    """The console messages of every page of ``context`` that report a CSP violation (filled live)."""
+    violations: list[str] = []
+    context.on(
+        "console",
+        lambda message: violations.append(message.text)
+        if "Content Security Policy" in message.text
+        else None,
+    )
+    return violations
+
+
 def api_bookings(hub: RunningHub, user: str) -> dict[int, dict]:
     response = hub.api(hub.user_token(user)).get("api/bookings", params={"user": user})
     assert response.status_code == 200, response.text
@@ -182,6 +194,9 @@ def test_user_books_a_share_and_sees_it_on_the_timeline_and_in_my_bookings(hub, 
     row.wait_for()
     assert row.locator("time").first.get_attribute("datetime") == utc(start)
     assert "1/2 GPU" in row.inner_text() and "upcoming" in row.inner_text()
+    # upcoming and unclaimed: it may still move to let another request in
+    assert booking["placement_provisional"] is True
+    assert "provisional, GPU assigned at start" in row.inner_text()
 
     shared_row = page.locator('.gb-pool-row[data-pool="shared"]')
     assert shared_row.locator(f'.gb-mine[data-booking-id="{booking["id"]}"]').count() == 1
@@ -239,6 +254,70 @@ def test_refusal_is_explained_in_place_with_the_api_message(hub, context):
     screenshot(page, "refusal-in-place")
 
 
+def test_capacity_refusal_offers_the_next_free_interval_and_books_it_in_one_click(hub, context):
+    start, end = windows.next()
+    book_through_api(hub, "bob", "shared", 0.75, start, end)
+    body = {"pool": "shared", "gpus": 0.5, "start": utc(start), "end": utc(end)}
+    refused = hub.api(hub.user_token("ada")).post("api/bookings", json=body)
+    assert refused.status_code == 409
+    free = refused.json()["next_free"]
+    violations = csp_violations(context)
+
+    page = open_page(context, hub, "ada")
+    assert page.locator("#gb-next-free-button").count() == 0
+    fill_booking_form(page, "shared", "1/2 GPU", start, end, note="one click")
+    page.click("#gb-book-button")
+    offer = page.locator("#gb-next-free-button")
+    offer.wait_for()
+    # the refusal's message stays as the API wrote it; the offer sits beside it
+    assert page.locator("#gb-form-feedback.alert-danger").inner_text() == refused.json()["message"]
+    label = offer.inner_text()
+    zone = ZoneInfo(BROWSER_ZONE)
+    free_start, free_end = (datetime.fromisoformat(free[key].replace("Z", "+00:00")).astimezone(zone)
+                            for key in ("start", "end"))
+    assert label.startswith("Book ") and label.endswith(" instead")
+    # shown in the browser's zone, not in UTC
+    assert f"{free_start:%H:%M}" in label and f"{free_end:%H:%M}" in label
+    screenshot(page, "refusal-next-free")
+
+    offer.click()
+    feedback = page.locator("#gb-form-feedback.alert-success")
+    feedback.wait_for()
+    assert feedback.inner_text().startswith("Booked 1/2 GPU in L40S shared")
+    [booking] = [b for b in api_bookings(hub, "ada").values() if b["note"] == "one click"]
+    assert (booking["start"], booking["end"], booking["gpus"]) == (free["start"], free["end"], 0.5)
+    assert page.locator("#gb-next-free-button").count() == 0
+    # the form then shows what was booked (filled once the page has refreshed its lists)
+    playwright_api.expect(page.locator("#gb-start")).to_have_value(local_input(free_start))
+    assert violations == []
+
+
+def test_a_refused_user_joins_the_waitlist_and_sees_the_wait_booked(hub, context):
+    start, end = windows.next()
+    # a100 (the test before books 'shared' right after its own window): both nodes taken
+    blocking, _ = (book_through_api(hub, "bob", "a100", 2, start, end) for _ in range(2))
+    violations = csp_violations(context)
+    page = open_page(context, hub, "ada")
+    fill_booking_form(page, "a100", "1 GPU", start, end)
+    page.click("#gb-book-button")
+    page.locator("#gb-form-feedback.alert-danger").wait_for()
+    page.click("#gb-join-waitlist")
+    page.locator("#gb-form-feedback.alert-success", has_text="You are on the waitlist").wait_for()
+    [wait] = hub.api(hub.user_token("ada")).get("api/waits").json()["waits"]
+    listed = page.locator(f'#gb-my-waits li[data-wait-id="{wait["id"]}"]')
+    listed.wait_for()
+    assert "1 GPU in A100 80GB" in listed.inner_text()
+    assert hub.api(hub.user_token("bob")).delete(f"api/bookings/{blocking['id']}").status_code == 200
+    page.reload()
+    notice = page.locator('#gb-notices [data-kind="wait_booked"]')
+    notice.wait_for()
+    booking_id = hub.api(hub.user_token("ada")).get(f"api/waits/{wait['id']}").json()["booking_id"]
+    assert f"booking #{booking_id}" in notice.inner_text()
+    page.locator(f'#gb-my-bookings tr[data-booking-id="{booking_id}"]').wait_for()
+    assert page.locator("#gb-my-waits li").count() == 0
+    assert violations == []
+
+
 def test_user_extends_by_a_slot_picks_a_new_end_and_cancels(hub, context):
     start, end = windows.next()
     booking = book_through_api(hub, "ada", "a100", 1, start, end)
@@ -276,6 +355,8 @@ def test_end_now_ends_an_active_booking_at_once(hub, context):
     booking = book_through_api(hub, "bob", "shared", "0.25", start, start + timedelta(hours=1))
     page = open_page(context, hub, "bob")
     row = page.locator(f'#gb-my-bookings tr[data-booking-id="{booking["id"]}"]')
+    row.wait_for()
+    assert "provisional" not in row.inner_text()  # started: its placement is final
     row.get_by_role("button", name=re.compile(f"^End now booking {booking['id']} ")).click()
     page.wait_for_function(
         "() => document.querySelector('#gb-mine-feedback').textContent.includes('has ended')"

@@ -17,6 +17,7 @@ from test_page_browser import (  # noqa: F401  (browser and context are fixtures
     book_through_api,
     browser,
     context,
+    csp_violations,
     open_page,
 )
 
@@ -27,7 +28,7 @@ windows = LocalWindows()
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    extra = "c.GPUBookingService.page_list_size = 2\n"
+    extra = "c.ReservationPage.page_list_size = 2\n"
     with start_booking_hub(
         tmp_path_factory.mktemp("paging-hub"), pools=PAGE_POOLS, extra_service_config=extra
     ) as running:
@@ -39,18 +40,6 @@ def rows(page, table: str) -> list[int]:
         int(row.get_attribute("data-booking-id"))
         for row in page.locator(f"#{table} tr[data-booking-id]").all()
     ]
-
-
-def csp_violations(context) -> list[str]:
-    """The console messages of every page of ``context`` that report a CSP violation (filled live)."""
-    violations: list[str] = []
-    context.on(
-        "console",
-        lambda message: violations.append(message.text)
-        if "Content Security Policy" in message.text
-        else None,
-    )
-    return violations
 
 
 def test_tables_show_a_page_at_a_time_and_show_more_loads_the_next(hub, context):

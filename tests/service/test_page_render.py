@@ -24,6 +24,7 @@ ASSET_URLS = {
     "common.js": f"{SERVICE_PREFIX}static/service/common.js?v=123",
     "timeline.js": f"{SERVICE_PREFIX}static/service/timeline.js?v=456",
     "planning.js": f"{SERVICE_PREFIX}static/service/planning.js?v=789",
+    "waitlist.js": f"{SERVICE_PREFIX}static/service/waitlist.js?v=0ab",
 }
 
 
@@ -114,6 +115,7 @@ def test_page_context_builds_every_url_from_the_prefixes():
                 "/lab/services/gpus/static/service/common.js": "/lab/services/gpus/static/service/common.js?v=123",
                 "/lab/services/gpus/static/service/timeline.js": "/lab/services/gpus/static/service/timeline.js?v=456",
                 "/lab/services/gpus/static/service/planning.js": "/lab/services/gpus/static/service/planning.js?v=789",
+                "/lab/services/gpus/static/service/waitlist.js": "/lab/services/gpus/static/service/waitlist.js?v=0ab",
             }
         },
         "page_config": {
@@ -174,6 +176,11 @@ def test_form_controls_have_labels_and_the_refusal_box_is_live():
         'id="gb-form-feedback" class="alert mt-3 mb-0 d-none" role="alert" aria-live="assertive"'
         in html
     )
+
+
+def test_my_bookings_has_the_place_for_the_users_waits():
+    page = scan(pages.render_page(make_context()))
+    assert {"gb-my-bookings", "gb-my-waits", "gb-mine-feedback"} <= page.ids
 
 
 def test_admin_section_only_for_admins():
@@ -257,7 +264,7 @@ def test_page_served_through_the_hub_links_its_assets_and_its_xsrf_token_works(b
         for plain_url, versioned_url in json.loads(page.import_map_text)["imports"].items():
             assert versioned_url.startswith(plain_url + "?v=")
             modules[plain_url.rsplit("/", 1)[1]] = versioned_url
-        assert set(modules) == {"booking.js", "common.js", "timeline.js", "planning.js"}
+        assert set(modules) == {"booking.js", "common.js", "timeline.js", "planning.js", "waitlist.js"}
         for name, url in modules.items():
             script = session.get(hub.public_url + url)
             assert script.status_code == 200

@@ -11,9 +11,9 @@ from hub_harness import start_booking_hub
 from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
 
 PLANNING_CONFIG = """
-c.GPUBookingService.group_budgets = {"students": {"gpu_hours": 2, "period": "month"}}
-c.GPUBookingService.series_groups = ["gpu-admins"]
-c.GPUBookingService.series_max_occurrences = 4
+c.Budgets.group_budgets = {"students": {"gpu_hours": 2, "period": "month"}}
+c.RecurringSeries.series_groups = ["gpu-admins"]
+c.RecurringSeries.series_max_occurrences = 4
 """
 
 

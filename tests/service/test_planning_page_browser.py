@@ -18,7 +18,7 @@ from test_page_browser import (  # noqa: F401  (fixtures)
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 BUDGET_CONFIG = """
-c.GPUBookingService.group_budgets = {"students": {"gpu_hours": 40, "period": "month"}}
+c.Budgets.group_budgets = {"students": {"gpu_hours": 40, "period": "month"}}
 """
 
 

@@ -16,12 +16,13 @@ from openapi_spec_validator import validate
 from traitlets import TraitType
 
 from jhub_gpubooking.core.model import Booking, Placement, Pool
-from jhub_gpubooking.inventory_sync import flagged_routes
 from jhub_gpubooking.service import app as service_app
-from jhub_gpubooking.service.app import GPUBookingService, service_routes, template_to_pattern
+from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.base import Principal, principal_from_model
 from jhub_gpubooking.service.feeds import bookings_calendar
+from jhub_gpubooking.service.flagged import flagged_routes
 from jhub_gpubooking.service.metrics import ServiceMetrics, booked_gpus_now
+from jhub_gpubooking.service.routes import service_routes, template_to_pattern
 from jhub_gpubooking.service.serialize import booking_json, pool_json
 
 OPENAPI_PATH = Path(service_app.__file__).with_name("openapi.yaml")
@@ -112,6 +113,7 @@ def test_booking_json_shape_and_utc_times():
         "created": "2026-11-22T09:00:00Z",
         "updated": "2026-11-22T09:00:00Z",
         "placement": {"node": "n1", "gpus": [1], "slices": 1},
+        "placement_provisional": False,
         "server": None,
         "released_end": None,
         "release_reason": None,
@@ -124,6 +126,8 @@ def test_booking_json_of_a_fraction_counts_slices():
     quarter = make_booking(pool="shared", amount=Fraction(1, 4), placement=Placement("s1", (0,), 1))
     model = booking_json(quarter, SHARED, T0 - timedelta(hours=1))
     assert (model["gpus"], model["slices"], model["state"]) == (0.25, 1, "upcoming")
+    # upcoming and unclaimed: it may still move to let another request in
+    assert model["placement_provisional"] is True
 
 
 def test_calendar_parses_back_with_one_event_per_booking():
@@ -191,7 +195,6 @@ def test_every_configurable_trait_has_help():
         "group_policies",
         "db_url",
         "slot_minutes",
-        "page_days",
         "spawner_services",
         "admin_groups",
         "executor_threads",
@@ -317,6 +320,7 @@ def test_pool_json_carries_what_the_spawner_needs_to_build_the_pod():
         "gpu_uuids": {"m1": ["GPU-a", "GPU-b"]},
         "node_selector": {"pool": "mig"},
         "resource_name": "nvidia.com/mig-1g.10gb",
+        "no_show_minutes": None,
     }
 
 
@@ -324,7 +328,7 @@ def test_starting_the_service_does_not_import_the_kubernetes_client():
     """The kubernetes package takes seconds to import; the Hub waits only ~10 s for a managed
     service to answer, so only a service that watches nodes may pay for it."""
     code = (
-        "import sys, jhub_gpubooking.service.app, jhub_gpubooking.inventory_sync; "
+        "import sys, jhub_gpubooking.service.app, jhub_gpubooking.cluster.nodes; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
     )
     loaded = subprocess.run(

@@ -51,3 +51,15 @@ def test_a_hub_answer_without_servers_is_unknown_not_stopped():
     assert server_use({"": {**ready, "state": {}}}, "", 7) is ServerUse.NOT_ON_BOOKING  # CPU
     assert server_use({"": {"ready": False, "pending": "spawn"}}, "", 7) is ServerUse.BUSY
     assert server_use({}, "", 7) is ServerUse.NOT_ON_BOOKING  # stopped
+
+
+def test_a_pending_start_is_on_the_booking_its_spawner_claimed():
+    starting = {"ready": False, "pending": "spawn"}
+    on_seven = server_use({"": {**starting, "state": {"gpu_booking_id": 7}}}, "", 7)
+    assert on_seven is ServerUse.STARTING_ON_BOOKING and on_seven.on_booking
+    # not claimed yet, or claimed another booking: look again later, stop nothing
+    assert server_use({"": {**starting, "state": {}}}, "", 7) is ServerUse.BUSY
+    assert server_use({"": {**starting, "state": {"gpu_booking_id": 8}}}, "", 7) is ServerUse.BUSY
+    # already stopping: nothing to stop
+    stopping = {"ready": False, "pending": "stop", "state": {"gpu_booking_id": 7}}
+    assert server_use({"": stopping}, "", 7) is ServerUse.BUSY

@@ -1,8 +1,13 @@
-"""Fixtures for the spawner tests: a test double of the booking service and spawner factories.
+"""Fixtures for the spawner tests: a test double of the booking service and a real, in-process Hub.
 
 :class:`FakeBookingService` implements only the REST routes the spawner calls, with canned
 per-test state (pools, the bookings the service would call active / upcoming, which servers
-hold which booking). The real service is exercised by the end-to-end tests.
+hold which booking, an opportunistic grant). The real service is exercised by the end-to-end tests.
+
+The spawners come from pytest-jupyterhub's ``hub_app`` (JupyterHub's MockHub, started in the
+test's event loop with the real proxy): the Hub builds them from its config, users, database
+and URL prefixes, as at a real start, and its REST API and pages show what users see. Nothing
+here starts a pod; tests/e2e runs the whole path on the simulated cluster.
 """
 
 from __future__ import annotations
@@ -10,23 +15,28 @@ from __future__ import annotations
 import json
 import socket
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
-from unittest.mock import Mock
 
 import pytest
 import yaml
-from jupyterhub.objects import Hub, Server
+from jupyterhub import orm
+from jupyterhub.proxy import Proxy
+from jupyterhub.tests.mocking import MockHub
+from jupyterhub.tests.utils import add_user
+from jupyterhub.user import User
 from kubernetes_asyncio.config import kube_config
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 from traitlets.config import Config
 
+from jhub_gpubooking.core.choice import claim_order, current_bookings
 from jhub_gpubooking.core.timegrid import format_time
 from jhub_gpubooking.spawner import GPUBookingSpawner
 
 SERVICE_TOKEN = "spawner-test-token"
 SERVICE_PREFIX = "/services/gpu-booking/"
+#: the test Hub's base URL: the booking page, and so the refusals, live under it
+BASE_URL = "/lab/"
 
 A100_POOL = {
     "name": "a100",
@@ -98,6 +108,9 @@ class FakeBookingService:
         self.pools = [A100_POOL, T4_POOL]
         self.active: list[dict] = []
         self.upcoming: list[dict] = []
+        #: what a start without a booking gets: None (no opportunistic use), "none free", or
+        #: the grant (a booking) the service hands out
+        self.opportunistic: dict | str | None = None
         self.requests: list[tuple[str, str, dict | None]] = []
         self.url = ""
 
@@ -115,7 +128,8 @@ class FakeBookingService:
                 (SERVICE_PREFIX + r"api/pools", PoolsHandler, handler_args),
                 (SERVICE_PREFIX + r"api/users/([^/]+)/bookings/active", ActiveHandler, handler_args),
                 (SERVICE_PREFIX + r"api/bookings", BookingsHandler, handler_args),
-                (SERVICE_PREFIX + r"api/bookings/(\d+)/(claim|release)", ClaimHandler, handler_args),
+                (SERVICE_PREFIX + r"api/pools/([^/]+)/claim", PoolClaimHandler, handler_args),
+                (SERVICE_PREFIX + r"api/bookings/(\d+)/release", ReleaseHandler, handler_args),
             ]
         )
 
@@ -131,9 +145,9 @@ class FakeHandler(web.RequestHandler):
         if self.request.headers.get("Authorization") != f"token {SERVICE_TOKEN}":
             self.refuse(403, "Missing or invalid API token.")
 
-    def refuse(self, status: int, message: str) -> None:
+    def refuse(self, status: int, message: str, **details) -> None:
         self.set_status(status)
-        self.finish({"status": status, "message": message})
+        self.finish({"status": status, "message": message, **details})
 
     def write_list(self, items: list) -> None:
         self.set_header("Content-Type", "application/json")
@@ -161,19 +175,46 @@ class BookingsHandler(FakeHandler):
         self.finish({"bookings": [b for b in self.service.upcoming if b["user"] == user]})
 
 
-class ClaimHandler(FakeHandler):
-    def post(self, booking_id: str, action: str) -> None:
+class PoolClaimHandler(FakeHandler):
+    """``POST api/pools/{pool}/claim`` with the service's rule of which booking a start takes
+    (:mod:`jhub_gpubooking.core.choice`); every other holder counts as running (no Hub here)."""
+
+    def post(self, pool_name: str) -> None:
+        if self.service.pools is None:
+            raise web.HTTPError(500, "database is down")
+        pool = next((p for p in self.service.pools if p["name"] == pool_name), None)
+        if pool is None:
+            return self.refuse(404, f"There is no GPU pool named {pool_name!r}.",
+                               reason="pool_unknown")
+        user, server = self.body["user"], self.body["server"]
+        mine = [b for b in self.service.active if b["user"] == user]
+        now = datetime.now(timezone.utc)
+        candidates = claim_order(current_bookings(mine, pool_name, now), server,
+                                 self.body.get("booking"))
+        if not candidates:
+            grant = self.service.opportunistic
+            if grant == "none free":
+                return self.refuse(409, "Nothing is free.", reason="none_free", pool=pool)
+            if grant is None:
+                return self.refuse(403, f"{user} has no active booking.", reason="not_booked",
+                                   pool=pool)
+            self.service.active.append(grant)
+            candidates = [grant]
+        for candidate in candidates:
+            if candidate["server"] in (None, server):
+                candidate["server"] = server
+                return self.finish({"pool": pool, "booking": candidate})
+        holder = candidates[0]["server"]
+        self.refuse(409, f"This booking is already in use by server '{holder}'.",
+                    reason="in_use", pool=pool, server=holder)
+
+
+class ReleaseHandler(FakeHandler):
+    def post(self, booking_id: str) -> None:
         found = self.service.booking_by_id(int(booking_id))
-        server = self.body["server"]
         if found is None:
             return self.refuse(404, f"Booking {booking_id} does not exist.")
-        if action == "claim":
-            if found["server"] not in (None, server):
-                return self.refuse(
-                    409, f"Booking {booking_id} is already used by server '{found['server']}'."
-                )
-            found["server"] = server
-        elif found["server"] == server:
+        if found["server"] == self.body["server"]:
             found["server"] = None
         self.finish(found)
 
@@ -238,25 +279,6 @@ def hanging_url():
     sock.close()
 
 
-class MockUser(Mock):
-    """A Hub user as KubeSpawner's own tests mock it."""
-
-    server = Server()
-
-    def __init__(self, **kwargs):
-        super().__init__()
-        for key, value in kwargs.items():
-            setattr(self, key, value)
-
-    @property
-    def escaped_name(self):
-        return self.name
-
-    @property
-    def url(self):
-        return self.server.url
-
-
 GPU_PROFILES = [
     {
         "display_name": "Small CPU",
@@ -294,38 +316,108 @@ GPU_PROFILES = [
 ]
 
 
-@pytest.fixture
-def make_spawner(booking_service):
-    """Build a GPUBookingSpawner for ``ada`` on a Hub under base URL ``/lab/``, no Kubernetes."""
+class RoutesInMemory(Proxy):
+    """A Proxy that only keeps the Hub's routing table, for Hubs whose tests never send a
+    request through the proxy: starting configurable-http-proxy (a node process) would take
+    three quarters of each such test's time."""
 
-    def make(
-        user_options: dict | None = None,
-        *,
-        server_name: str = "",
-        profile_list=None,
-        api_url: str | None = None,
-        **traits,
-    ) -> GPUBookingSpawner:
+    should_start = False
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.routes: dict[str, dict] = {}
+
+    async def add_route(self, routespec, target, data):
+        self.routes[routespec] = {"routespec": routespec, "target": target, "data": data}
+
+    async def delete_route(self, routespec):
+        self.routes.pop(routespec, None)
+
+    async def get_all_routes(self):
+        return dict(self.routes)
+
+
+@pytest.fixture
+async def mock_hub(hub_app, booking_service, monkeypatch, tmp_path):
+    """Start pytest-jupyterhub's in-process MockHub with GPUBookingSpawner as its spawner.
+
+    ``await mock_hub(**traits)`` configures ``c.GPUBookingSpawner`` the way an admin's
+    jupyterhub_config.py does (these tests' profiles, the fake service's URL and token, short
+    timeouts, then ``traits``), serves the Hub under :data:`BASE_URL` and returns the running
+    app with the user ``ada``. One Hub per test: ``hub_app`` stops it afterwards. Tests that
+    talk to the Hub over HTTP (pages, REST API) pass ``with_proxy=True`` for the real
+    configurable-http-proxy in front of it.
+    """
+
+    # MockHub's documented database switch: in memory the Hub skips a temporary file's fsyncs
+    # and starts about half a second sooner
+    monkeypatch.setenv("JUPYTERHUB_TEST_DB_URL", "sqlite:///:memory:")
+
+    async def start(
+        *, profile_list=None, api_url: str | None = None, with_proxy: bool = False, **traits
+    ) -> MockHub:
         config = Config()
-        config.GPUBookingSpawner.booking_api_url = api_url or booking_service.url
-        config.GPUBookingSpawner.booking_api_token = SERVICE_TOKEN
-        config.GPUBookingSpawner.booking_request_timeout = 1.0
-        config.GPUBookingSpawner.booking_connect_timeout = 0.5
-        config.GPUBookingSpawner.profile_list = (
-            GPU_PROFILES if profile_list is None else profile_list
-        )
+        if not with_proxy:
+            config.JupyterHub.proxy_class = RoutesInMemory
+        config.JupyterHub.spawner_class = GPUBookingSpawner
+        config.JupyterHub.base_url = BASE_URL
+        config.JupyterHub.allow_named_servers = True
+        # MockHub would write its cookie secret and the proxy's pid file into the current
+        # directory; a shared pid file makes the Hub of another test run kill this one's proxy
+        config.JupyterHub.cookie_secret_file = str(tmp_path / "jupyterhub_cookie_secret")
+        config.ConfigurableHTTPProxy.pid_file = str(tmp_path / "jupyterhub-proxy.pid")
+        spawner_config = config.GPUBookingSpawner
+        spawner_config.booking_api_url = api_url or booking_service.url
+        spawner_config.booking_api_token = SERVICE_TOKEN
+        spawner_config.booking_request_timeout = 1.0
+        spawner_config.booking_connect_timeout = 0.5
+        spawner_config.profile_list = GPU_PROFILES if profile_list is None else profile_list
         for name, value in traits.items():
-            setattr(config.GPUBookingSpawner, name, value)
-        spawner = GPUBookingSpawner(
-            _mock=True,
-            config=config,
-            hub=Hub(base_url="/lab/hub/"),
-            user=MockUser(name="ada", id=7),
-            orm_spawner=SimpleNamespace(name=server_name, display_name=server_name, server=None),
-            api_token="abc123",
-            oauth_client_id="unused",
-        )
+            setattr(spawner_config, name, value)
+        app = await hub_app(config)
+        add_user(app.db, app, name="ada")
+        return app
+
+    return start
+
+
+def hub_built_spawner(user: User, server_name: str = "") -> GPUBookingSpawner:
+    """The user's spawner for ``server_name`` as the Hub builds it after a restart: a new
+    object with the state and user_options the Hub keeps in its database."""
+    if server_name not in user.orm_spawners:
+        # what the Hub's REST API does at a named server's first start (JupyterHub 6 builds
+        # spawners only for servers in its database)
+        orm_spawner = orm.Spawner(name=server_name)
+        user.db.add(orm_spawner)
+        orm_spawner.user = user.orm_user
+        user.db.commit()
+    user.spawners.pop(server_name, None)
+    return user.spawners[server_name]
+
+
+@pytest.fixture
+def make_spawner(mock_hub):
+    """``await make_spawner(user_options, server_name=..., **traits)``: start the test's Hub
+    (see :func:`mock_hub`) and return ada's GPUBookingSpawner from it, no Kubernetes."""
+
+    async def make(user_options: dict | None = None, *, server_name: str = "", **traits) -> GPUBookingSpawner:
+        app = await mock_hub(**traits)
+        spawner = hub_built_spawner(app.users["ada"], server_name)
         spawner.user_options = user_options or {}
         return spawner
 
     return make
+
+
+@pytest.fixture
+def restarted():
+    """``restarted(spawner)``: the same server's spawner after a Hub restart; the Hub has stored
+    its state and user_options, as it does after every start."""
+
+    def rebuild(spawner: GPUBookingSpawner) -> GPUBookingSpawner:
+        spawner.orm_spawner.state = spawner.get_state()
+        spawner.orm_spawner.user_options = spawner.user_options
+        spawner.user.db.commit()
+        return hub_built_spawner(spawner.user, spawner.name)
+
+    return rebuild

@@ -8,12 +8,12 @@ from importlib.metadata import entry_points
 import pytest
 from bs4 import BeautifulSoup
 
+from jhub_gpubooking.core.choice import claim_order
 from jhub_gpubooking.spawner import (
     SERVICE_UNAVAILABLE_MESSAGE,
     GPUBookingSpawner,
     checked_profile,
     chooser_profiles,
-    claim_order,
 )
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
@@ -125,7 +125,7 @@ async def test_rendered_chooser_shows_bookings_and_links(make_spawner, booking_s
         make_booking(2, pool="t4", slices=1, slices_per_gpu=1, node="t4-node", gpus=(0,),
                      start=now + timedelta(days=1), end=now + timedelta(days=1, hours=1))
     ]
-    spawner = make_spawner({"profile": "a100", "image": "tf"})
+    spawner = await make_spawner({"profile": "a100", "image": "tf"})
     page = BeautifulSoup(await spawner.get_options_form(), "html.parser")
 
     # CPU profile exactly as KubeSpawner would show it
@@ -166,7 +166,7 @@ async def test_rendered_chooser_shows_bookings_and_links(make_spawner, booking_s
 
 
 async def test_rendered_chooser_with_the_service_down(make_spawner, closed_port_url):
-    spawner = make_spawner({"profile": "a100"}, api_url=closed_port_url)
+    spawner = await make_spawner({"profile": "a100"}, api_url=closed_port_url)
     page = BeautifulSoup(await spawner.get_options_form(), "html.parser")
     for slug in ("a100", "t4"):
         assert radio(page, slug).has_attr("disabled")
@@ -180,14 +180,14 @@ async def test_rendered_chooser_with_the_service_down(make_spawner, closed_port_
 async def test_chooser_without_gpu_profiles_does_not_call_the_service(
     make_spawner, booking_service
 ):
-    spawner = make_spawner(profile_list=[{"display_name": "CPU only", "slug": "cpu"}])
+    spawner = await make_spawner(profile_list=[{"display_name": "CPU only", "slug": "cpu"}])
     page = BeautifulSoup(await spawner.get_options_form(), "html.parser")
     assert radio(page, "cpu").has_attr("checked")
     assert booking_service.requests == []
 
 
 async def test_admin_template_and_page_url_are_honoured(make_spawner, booking_service):
-    spawner = make_spawner(
+    spawner = await make_spawner(
         profile_form_template=(
             "{% for p in profile_list %}{{ p.slug }}={{ gpu.get(p.slug, {}).enabled }};{% endfor %}"
         ),
@@ -198,13 +198,20 @@ async def test_admin_template_and_page_url_are_honoured(make_spawner, booking_se
 
 
 async def test_empty_profile_list_means_no_form(make_spawner):
-    assert make_spawner(profile_list=[]).options_form == ""
+    assert (await make_spawner(profile_list=[])).options_form == ""
 
 
-async def test_booking_page_follows_the_hub_base_url(make_spawner):
-    assert make_spawner().booking_page_url == "/lab/services/gpu-booking/"
-    renamed = make_spawner(booking_service_name="reserve")
-    assert renamed.booking_page_url == "/lab/services/reserve/"
+@pytest.mark.parametrize(
+    "traits, expected",
+    [
+        ({}, "/lab/services/gpu-booking/"),
+        ({"booking_service_name": "reserve"}, "/lab/services/reserve/"),
+    ],
+)
+async def test_booking_page_follows_the_hub_base_url(make_spawner, traits, expected):
+    spawner = await make_spawner(**traits)
+    assert spawner.hub.base_url == "/lab/hub/"
+    assert spawner.booking_page_url == expected
 
 
 def test_entry_point_resolves():
@@ -228,7 +235,7 @@ async def test_chooser_without_upcoming_bookings_still_shows_active_ones(
 ):
     booking_service.active = [make_booking(1)]
     booking_service.upcoming = None  # the service refuses the list to the spawner
-    page = BeautifulSoup(await make_spawner().get_options_form(), "html.parser")
+    page = BeautifulSoup(await (await make_spawner()).get_options_form(), "html.parser")
     assert not radio(page, "a100").has_attr("disabled")
     assert card(page, "a100").find(class_="gpu-booking-share").get_text() == "0.5 × A100"
     t4_line = card(page, "t4").find(class_="gpu-booking")

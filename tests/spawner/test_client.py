@@ -30,14 +30,21 @@ async def test_user_names_are_escaped_in_paths(booking_service):
     )
 
 
-async def test_claim_conflict_is_a_refusal_with_the_service_message(
+async def test_claim_conflict_is_a_refusal_with_the_service_message_and_details(
     booking_service, make_booking
 ):
     booking_service.active = [make_booking(5, server="other")]
     with pytest.raises(BookingRefused) as refused:
-        await client_for(booking_service.url).claim(5, "")
+        await client_for(booking_service.url).claim_in_pool("a100", "ada", "", 5)
     assert refused.value.status == 409
-    assert refused.value.message == "Booking 5 is already used by server 'other'."
+    assert refused.value.message == "This booking is already in use by server 'other'."
+    assert refused.value.details == {
+        "status": 409, "message": "This booking is already in use by server 'other'.",
+        "reason": "in_use", "pool": booking_service.pools[0], "server": "other",
+    }
+    assert booking_service.requests[-1][1:] == (
+        "/services/gpu-booking/api/pools/a100/claim", {"user": "ada", "server": "", "booking": 5}
+    )
 
 
 async def test_server_error_means_unavailable(booking_service):

@@ -28,8 +28,14 @@ def has_gpu(spawner) -> bool:
     return any(key.startswith("nvidia.com/") for key in spawner.extra_resource_limits)
 
 
+def pool_claim(server: str = "", booking: int | None = None, pool: str = "a100") -> tuple:
+    """The one request of a GPU start: ada's booking in ``pool`` claimed for ``server``."""
+    return (f"/services/gpu-booking/api/pools/{pool}/claim",
+            {"user": "ada", "server": server, "booking": booking})
+
+
 async def test_unknown_profile_is_refused(make_spawner, booking_service):
-    spawner = make_spawner({"profile": "h100-huge"})
+    spawner = await make_spawner({"profile": "h100-huge"})
     error = await refusal_of(spawner)
     assert error.status_code == 400
     assert shown_message(error) == (
@@ -39,22 +45,53 @@ async def test_unknown_profile_is_refused(make_spawner, booking_service):
 
 
 async def test_gpu_profile_without_booking_is_refused(make_spawner, booking_service):
-    spawner = make_spawner({"profile": "a100"})
+    spawner = await make_spawner({"profile": "a100"})
     error = await refusal_of(spawner)
     assert error.status_code == 403
     assert shown_message(error) == (
         "You have no active A100 booking right now; book one at "
         "/lab/services/gpu-booking/ and start again."
     )
-    assert booking_service.claims == []
+    assert booking_service.claims == [pool_claim()]
     assert not has_gpu(spawner)
+
+
+async def test_without_a_booking_an_opportunistic_grant_is_used(
+    make_spawner, booking_service, make_booking
+):
+    booking_service.opportunistic = make_booking(7, slices=4, gpus=(0,))
+    spawner = await make_spawner({"profile": "a100"})
+    await spawner.load_user_options()
+    assert booking_service.claims == [pool_claim()]
+    assert spawner.extra_labels["gpubooking.jupyter.org/booking-id"] == "7"
+    assert spawner.get_state()["gpu_booking_id"] == 7
+
+
+async def test_without_a_booking_and_nothing_free_the_refusal_says_so(make_spawner, booking_service):
+    booking_service.opportunistic = "none free"
+    error = await refusal_of(await make_spawner({"profile": "a100"}))
+    assert error.status_code == 403
+    assert shown_message(error) == (
+        "You have no active A100 booking right now and none is free to use without one; "
+        "book one at /lab/services/gpu-booking/ and start again."
+    )
+
+
+async def test_a_pool_the_service_does_not_offer_is_refused(make_spawner, booking_service):
+    booking_service.pools = [booking_service.pools[1]]  # the service no longer offers a100
+    error = await refusal_of(await make_spawner({"profile": "a100"}))
+    assert error.status_code == 403
+    assert shown_message(error) == (
+        "The GPU pool 'a100' of this server option is not offered by the booking service; "
+        "please tell your JupyterHub administrator."
+    )
 
 
 async def test_booking_for_another_pool_does_not_count(make_spawner, booking_service, make_booking):
     booking_service.active = [make_booking(3, pool="t4", slices=1, node="t4-node", gpus=(0,))]
-    error = await refusal_of(make_spawner({"profile": "a100"}))
+    error = await refusal_of(await make_spawner({"profile": "a100"}))
     assert "no active A100 booking" in shown_message(error)
-    assert booking_service.claims == []
+    assert booking_service.active[0]["server"] is None
 
 
 async def test_booking_that_ended_a_second_ago_is_refused(make_spawner, booking_service, make_booking):
@@ -63,49 +100,51 @@ async def test_booking_that_ended_a_second_ago_is_refused(make_spawner, booking_
     ended = make_booking(4, start=now - timedelta(hours=2), end=now - timedelta(seconds=1))
     ended["state"] = "active"
     booking_service.active = [ended]
-    error = await refusal_of(make_spawner({"profile": "a100"}))
+    error = await refusal_of(await make_spawner({"profile": "a100"}))
     assert "no active A100 booking" in shown_message(error)
-    assert booking_service.claims == []
+    assert booking_service.active[0]["server"] is None
 
 
 async def test_booking_used_by_another_server_is_refused(make_spawner, booking_service, make_booking):
     booking_service.active = [make_booking(5, server="training")]
-    error = await refusal_of(make_spawner({"profile": "a100"}, server_name="notebook"))
+    error = await refusal_of(await make_spawner({"profile": "a100"}, server_name="notebook"))
     assert error.status_code == 409
     assert shown_message(error) == "Your A100 booking is already used by server 'training'."
-    assert booking_service.claims == [
-        ("/services/gpu-booking/api/bookings/5/claim", {"server": "notebook"})
-    ]
+    assert booking_service.claims == [pool_claim("notebook")]
 
 
 async def test_booking_used_by_the_default_server_names_it(make_spawner, booking_service, make_booking):
     booking_service.active = [make_booking(5, server="")]
-    error = await refusal_of(make_spawner({"profile": "a100"}, server_name="second"))
+    error = await refusal_of(await make_spawner({"profile": "a100"}, server_name="second"))
     assert shown_message(error) == "Your A100 booking is already used by your default server."
 
 
-async def test_restart_with_saved_options_after_booking_is_gone(make_spawner, booking_service, make_booking):
+async def test_restart_with_saved_options_after_booking_is_gone(
+    make_spawner, booking_service, make_booking, restarted
+):
     booking_service.active = [make_booking(6)]
-    spawner = make_spawner({"profile": "a100", "image": "tf"})
+    spawner = await make_spawner({"profile": "a100", "image": "tf"})
     await spawner.load_user_options()
     assert booking_service.active[0]["server"] == ""
 
     # the booking was cancelled; the Hub restarts the same server with the saved options
     booking_service.active = []
-    restarted = make_spawner(spawner.user_options)
-    error = await refusal_of(restarted)
+    again = restarted(spawner)
+    assert again is not spawner
+    assert again.user_options == {"profile": "a100", "image": "tf"}
+    error = await refusal_of(again)
     assert "no active A100 booking" in shown_message(error)
-    assert not has_gpu(restarted)
+    assert not has_gpu(again)
 
 
 async def test_closed_port_refuses_gpu_profiles(make_spawner, closed_port_url):
-    error = await refusal_of(make_spawner({"profile": "a100"}, api_url=closed_port_url))
+    error = await refusal_of(await make_spawner({"profile": "a100"}, api_url=closed_port_url))
     assert error.status_code == 503
     assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
 
 
 async def test_hanging_service_times_out_and_refuses(make_spawner, hanging_url):
-    spawner = make_spawner(
+    spawner = await make_spawner(
         {"profile": "a100"}, api_url=hanging_url, booking_request_timeout=0.5
     )
     error = await refusal_of(spawner)
@@ -114,17 +153,17 @@ async def test_hanging_service_times_out_and_refuses(make_spawner, hanging_url):
 
 async def test_server_errors_count_as_unreachable(make_spawner, booking_service):
     booking_service.pools = None  # the fake then fails with a 500
-    error = await refusal_of(make_spawner({"profile": "a100"}))
+    error = await refusal_of(await make_spawner({"profile": "a100"}))
     assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
 
 
 async def test_wrong_token_is_an_operator_problem_not_a_user_one(make_spawner, booking_service):
-    error = await refusal_of(make_spawner({"profile": "a100"}, booking_api_token="stale"))
+    error = await refusal_of(await make_spawner({"profile": "a100"}, booking_api_token="stale"))
     assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
 
 
 async def test_cpu_profile_starts_while_service_is_down(make_spawner, closed_port_url):
-    spawner = make_spawner({"profile": "cpu"}, api_url=closed_port_url)
+    spawner = await make_spawner({"profile": "cpu"}, api_url=closed_port_url)
     await spawner.load_user_options()
     assert spawner.cpu_limit == 2.0
     assert spawner.extra_labels == {"size": "small"}
@@ -137,7 +176,7 @@ async def test_by_default_a_gpu_pod_has_no_deadline_to_outlive_an_extension(
 ):
     """Kubernetes cannot raise a running pod's deadline, so the booking's end is not one."""
     booking_service.active = [make_booking(11)]
-    spawner = make_spawner({"profile": "a100"})
+    spawner = await make_spawner({"profile": "a100"})
     await spawner.load_user_options()
     assert has_gpu(spawner)
     assert "activeDeadlineSeconds" not in spawner.extra_pod_config
@@ -145,7 +184,7 @@ async def test_by_default_a_gpu_pod_has_no_deadline_to_outlive_an_extension(
 
 async def test_booked_share_lands_exactly_in_the_pod_traits(make_spawner, booking_service, make_booking):
     booking_service.active = [make_booking(11)]
-    spawner = make_spawner(
+    spawner = await make_spawner(
         {"profile": "a100", "image": "tf", "gpus": 4, "pool": "t4"},  # extra keys are ignored
         server_name="gpu",
         pod_deadline_seconds=2**40,  # far beyond what Kubernetes accepts: capped
@@ -178,12 +217,15 @@ async def test_booked_share_lands_exactly_in_the_pod_traits(make_spawner, bookin
         "GPU_BOOKING_END": end,
         "GPU_BOOKING_POOL": "a100",
         "GPU_BOOKING_GPUS": "0.5",
+        # for the JupyterLab extension (this mock Hub has no service URL to give)
+        "GPU_BOOKING_SERVICE_URL": "",
+        "GPU_BOOKING_PAGE_URL": "/lab/services/gpu-booking/",
+        "GPU_BOOKING_WARN_MINUTES": "10,2",
+        "GPU_BOOKING_POLL_SECONDS": "30",
     }
     # a far backstop, not the booking's end: an extension must never be cut short by it
     assert spawner.extra_pod_config == {"activeDeadlineSeconds": 2**31 - 1}
-    assert booking_service.claims == [
-        ("/services/gpu-booking/api/bookings/11/claim", {"server": "gpu"})
-    ]
+    assert booking_service.claims == [pool_claim("gpu")]
     assert spawner.get_state()["gpu_booking_id"] == 11
 
     pod = await spawner.get_pod_manifest()
@@ -203,7 +245,7 @@ async def test_whole_gpu_pool_and_default_priority(make_spawner, booking_service
     booking_service.active = [
         make_booking(21, pool="t4", slices=2, node="t4-node", gpus=(0, 1), slices_per_gpu=1)
     ]
-    spawner = make_spawner({"profile": "t4"})
+    spawner = await make_spawner({"profile": "t4"})
     await spawner.load_user_options()
     assert spawner.extra_resource_limits == {"nvidia.com/gpu": "2"}
     assert spawner.priority_class_name == ""
@@ -211,21 +253,20 @@ async def test_whole_gpu_pool_and_default_priority(make_spawner, booking_service
 
 async def test_claim_prefers_the_booking_this_server_holds(make_spawner, booking_service, make_booking):
     booking_service.active = [make_booking(31), make_booking(32, server="gpu"), make_booking(33, server="x")]
-    spawner = make_spawner({"profile": "a100"}, server_name="gpu")
+    spawner = await make_spawner({"profile": "a100"}, server_name="gpu")
     await spawner.load_user_options()
-    assert [path for path, _ in booking_service.claims] == [
-        "/services/gpu-booking/api/bookings/32/claim"
-    ]
+    assert booking_service.claims == [pool_claim("gpu")]
     assert spawner.extra_labels["gpubooking.jupyter.org/booking-id"] == "32"
+    assert spawner.get_state()["gpu_booking_id"] == 32
 
 
 async def test_claim_falls_through_to_an_unused_booking(make_spawner, booking_service, make_booking):
     booking_service.active = [make_booking(41, server="other"), make_booking(42)]
-    spawner = make_spawner({"profile": "a100"}, server_name="gpu")
+    spawner = await make_spawner({"profile": "a100"}, server_name="gpu")
     await spawner.load_user_options()
-    assert [path for path, _ in booking_service.claims] == [
-        "/services/gpu-booking/api/bookings/42/claim"
-    ]
+    assert booking_service.claims == [pool_claim("gpu")]
+    assert [b["server"] for b in booking_service.active] == ["other", "gpu"]
+    assert spawner.extra_labels["gpubooking.jupyter.org/booking-id"] == "42"
 
 
 async def test_failure_after_claim_releases_the_booking(make_spawner, booking_service, make_booking):
@@ -233,14 +274,14 @@ async def test_failure_after_claim_releases_the_booking(make_spawner, booking_se
         raise ValueError("the device plugin config is broken")
 
     booking_service.active = [make_booking(51)]
-    spawner = make_spawner({"profile": "a100"}, gpu_backends={"hami": broken_backend})
+    spawner = await make_spawner({"profile": "a100"}, gpu_backends={"hami": broken_backend})
     error = await refusal_of(spawner)
     assert shown_message(error) == (
         "The A100 GPU pool is misconfigured, so its servers cannot start; "
         "please tell your JupyterHub administrator."
     )
     assert booking_service.claims == [
-        ("/services/gpu-booking/api/bookings/51/claim", {"server": ""}),
+        pool_claim(),
         ("/services/gpu-booking/api/bookings/51/release", {"server": ""}),
     ]
     assert booking_service.active[0]["server"] is None
@@ -258,7 +299,7 @@ async def test_async_callable_profile_list_is_wrapped(make_spawner, booking_serv
         ]
 
     booking_service.active = [make_booking(61)]
-    spawner = make_spawner({"profile": "gpu"}, profile_list=profiles_for)
+    spawner = await make_spawner({"profile": "gpu"}, profile_list=profiles_for)
     await spawner.load_user_options()
     assert calls == ["ada"]
     assert spawner.extra_resource_limits["nvidia.com/gpu"] == "1"
@@ -266,24 +307,24 @@ async def test_async_callable_profile_list_is_wrapped(make_spawner, booking_serv
 
 async def test_default_profile_is_checked_too(make_spawner, booking_service):
     profiles = [{"display_name": "A100", "slug": "gpu", "gpu_pool": "a100", "default": True}]
-    spawner = make_spawner({}, profile_list=profiles)  # REST API start without options
+    spawner = await make_spawner({}, profile_list=profiles)  # REST API start without options
     error = await refusal_of(spawner)
     assert "no active A100 booking" in shown_message(error)
 
 
-async def test_state_survives_a_hub_restart(make_spawner, booking_service, make_booking):
+async def test_state_survives_a_hub_restart(make_spawner, booking_service, make_booking, restarted):
     booking_service.active = [make_booking(71)]
-    spawner = make_spawner({"profile": "a100"})
+    spawner = await make_spawner({"profile": "a100"})
     await spawner.load_user_options()
-    reloaded = make_spawner({"profile": "a100"})
-    reloaded.load_state(spawner.get_state())
+    reloaded = restarted(spawner)
+    assert reloaded is not spawner
     assert reloaded.get_state()["gpu_booking_id"] == 71
     reloaded.clear_state()
     assert "gpu_booking_id" not in reloaded.get_state()
 
 
 async def test_refusal_reaches_the_progress_stream(make_spawner, booking_service):
-    spawner = make_spawner({"profile": "a100"}, events_enabled=False)
+    spawner = await make_spawner({"profile": "a100"}, events_enabled=False)
     # what KubeSpawner.start() does, minus the pod: the start future runs load_user_options
     spawner._start_future = asyncio.ensure_future(spawner.load_user_options())
     events = [event async for event in spawner.progress()]
@@ -303,7 +344,7 @@ async def test_refusal_on_jupyterhub_5(make_spawner, booking_service, monkeypatc
     """Without SpawnException (JupyterHub 5.5) the refusal is an HTTPError the Hub shows as is."""
     monkeypatch.setattr("jhub_gpubooking.spawner.SpawnException", None)
     booking_service.pools[0] = {**booking_service.pools[0], "gpu_model": "A100 100%"}
-    error = await refusal_of(make_spawner({"profile": "a100"}))
+    error = await refusal_of(await make_spawner({"profile": "a100"}))
     assert type(error) is web.HTTPError
     assert error.status_code == 403
     expected = (
@@ -318,7 +359,7 @@ async def test_refusal_on_jupyterhub_5(make_spawner, booking_service, monkeypatc
 
 async def test_failed_start_gives_the_claim_back(make_spawner, booking_service, make_booking):
     booking_service.active = [make_booking(81)]
-    spawner = make_spawner({"profile": "a100"}, server_name="gpu")
+    spawner = await make_spawner({"profile": "a100"}, server_name="gpu")
     await spawner.load_user_options()
     failed_start = asyncio.get_running_loop().create_future()
     failed_start.set_exception(TimeoutError("pod never became ready"))
@@ -335,7 +376,7 @@ async def test_a_later_cpu_start_inherits_nothing_from_the_last_booking(
 ):
     """JupyterHub keeps one spawner object across stop/start: what a booking set must not
     outlive it, or a CPU restart would get a GPU (and the booked node and deadline) for free."""
-    spawner = make_spawner({"profile": "a100"}, pod_deadline_seconds=7 * 24 * 3600)
+    spawner = await make_spawner({"profile": "a100"}, pod_deadline_seconds=7 * 24 * 3600)
     before = {
         "node_selector": dict(spawner.node_selector),
         "extra_pod_config": dict(spawner.extra_pod_config),
@@ -364,19 +405,18 @@ async def test_a_later_cpu_start_inherits_nothing_from_the_last_booking(
 
 async def test_the_booking_chosen_in_the_form_is_the_one_claimed(make_spawner, booking_service, make_booking):
     booking_service.active = [make_booking(11), make_booking(12, slices=1)]
-    spawner = make_spawner({})
+    spawner = await make_spawner({})
     spawner.user_options = spawner._options_from_form(
         {"profile": ["a100"], "gpu-booking-a100": ["12"], "gpu-booking-t4": ["99"]}
     )
     assert spawner.user_options == {"profile": "a100", "gpu_booking": "12"}
     await spawner.load_user_options()
-    assert booking_service.claims == [
-        ("/services/gpu-booking/api/bookings/12/claim", {"server": ""})
-    ]
+    assert booking_service.claims == [pool_claim(booking=12)]
+    assert [b["server"] for b in booking_service.active] == [None, ""]
     assert spawner.get_state()["gpu_booking_id"] == 12
 
 
 async def test_a_chosen_booking_that_is_not_a_number_is_refused(make_spawner, booking_service, make_booking):
     booking_service.active = [make_booking(11)]
-    error = await refusal_of(make_spawner({"profile": "a100", "gpu_booking": "soon"}))
+    error = await refusal_of(await make_spawner({"profile": "a100", "gpu_booking": "soon"}))
     assert shown_message(error) == "'gpu_booking' must be the number of one of your bookings."

@@ -10,6 +10,7 @@ import {
 } from "./common.js";
 import { cancelSeriesButton, loadBudget, seriesBadge, seriesChoice, wireRepeatChoice } from "./planning.js";
 import { renderTimeline } from "./timeline.js";
+import { hideWaitlistOffer, loadMyWaits, offerWaitlist } from "./waitlist.js";
 
 const page = {
   pools: [], poolsByName: new Map(), myBookings: [],
@@ -25,8 +26,9 @@ function showAlert(box, kind, message) {
   box.replaceChildren(message);
 }
 
-/** Run a write action; report success or the API's refusal in the given alert box. */
-async function act(box, action, successMessage) {
+/** Run a write action; report success or the API's refusal in the given alert box
+ * (`onRefusal` then gets the error too, e.g. to offer what the refusal suggests). */
+async function act(box, action, successMessage, onRefusal) {
   try {
     const result = await action();
     showAlert(box, "success", typeof successMessage === "function" ? successMessage(result) : successMessage);
@@ -34,6 +36,7 @@ async function act(box, action, successMessage) {
     return result;
   } catch (error) {
     showAlert(box, "danger", error.message);
+    if (onRefusal) onRefusal(error);
     return null;
   }
 }
@@ -97,8 +100,41 @@ function fillBookingForm(name, startMs, endMs, preferredAmount) {
   $("gb-end").value = toLocalInput(endMs);
 }
 
+const bookedMessage = (pool) => (booking) => `Booked ${formatGpus(booking.gpus, pool.slices_per_gpu)} in `
+  + `${pool.display_name}, ${formatSpan(parseUtc(booking.start), parseUtc(booking.end))}.`;
+
+function hideNextFree() {
+  const holder = $("gb-next-free");
+  holder.replaceChildren();
+  holder.classList.add("d-none");
+}
+
+/** A capacity refusal names the earliest free interval of the same length and amount
+ * (`next_free`): offer to book exactly that, in one click, with the rest of the request kept. */
+function offerNextFree(request, pool, error) {
+  const free = error.payload?.next_free;
+  if (!free) return;
+  const holder = $("gb-next-free");
+  const button = el("button", {
+    type: "button", class: "btn btn-jupyter btn-outline-primary btn-sm", id: "gb-next-free-button",
+    onclick: async () => {
+      button.disabled = true;
+      hideNextFree();
+      const moved = { ...request, start: free.start, end: free.end };
+      // taken meanwhile? the new refusal offers the next interval again
+      const booking = await act($("gb-form-feedback"), () => api("POST", "bookings", moved),
+        bookedMessage(pool), (again) => offerNextFree(moved, pool, again));
+      if (booking) fillBookingForm(pool.name, parseUtc(booking.start), parseUtc(booking.end), booking.gpus);
+    },
+  }, `Book ${formatSpan(parseUtc(free.start), parseUtc(free.end))} instead`);
+  holder.replaceChildren(button);
+  holder.classList.remove("d-none");
+}
+
 async function submitBooking(event) {
   event.preventDefault();
+  hideNextFree();
+  hideWaitlistOffer();
   const box = $("gb-form-feedback");
   const start = fromLocalInput($("gb-start"));
   const end = fromLocalInput($("gb-end"));
@@ -118,10 +154,11 @@ async function submitBooking(event) {
     button.disabled = false;
     return;
   }
-  await act(box,
-    () => api("POST", "bookings", request),
-    (booking) => `Booked ${formatGpus(booking.gpus, pool.slices_per_gpu)} in ${pool.display_name}, `
-      + `${formatSpan(parseUtc(booking.start), parseUtc(booking.end))}.`);
+  await act(box, () => api("POST", "bookings", request), bookedMessage(pool), (error) => {
+    offerNextFree(request, pool, error);
+    // no capacity: the request may also wait for it (waitlist.js)
+    if (error.status === 409) offerWaitlist(box, request, act);
+  });
   button.disabled = false;
 }
 
@@ -162,7 +199,11 @@ function bookingRow(booking, { showUser, cancelLabel, box }) {
     el("td", {}, el("time", { datetime: booking.end }, formatTime(end))),
     el("td", {}, booking.state, seriesBadge(booking), booking.server !== null && booking.server !== undefined
       ? el("div", { class: "small text-body-secondary" }, `in use by server "${booking.server || "default"}"`) : null),
-    el("td", { class: "small" }, where),
+    el("td", { class: "small" }, where, booking.placement_provisional
+      // an upcoming booking may still move to other GPUs of its pool to let another request in
+      ? el("div", { class: "text-body-secondary", title: "It may move to other GPUs of this pool "
+        + "until it starts; your server gets the final GPUs." }, "provisional, GPU assigned at start")
+      : null),
     el("td", { class: "small" }, booking.note || ""),
     el("td", {}, actions),
   ];
@@ -427,6 +468,7 @@ function renderCollisions(colliding) {
 async function refresh() {
   await loadMyBookings();
   renderMyBookings();
+  await loadMyWaits($("gb-mine-feedback"), act, poolName, slicesOf);
   await loadBudget();
   await loadTimeline();
   await loadNotices();

@@ -27,9 +27,11 @@ export function el(tag, attributes = {}, ...children) {
 }
 
 export class ApiError extends Error {
-  constructor(status, message) {
+  /** `payload` is the API's JSON error body (e.g. a capacity refusal's `next_free`), or null. */
+  constructor(status, message, payload = null) {
     super(message);
     this.status = status;
+    this.payload = payload;
   }
 }
 
@@ -48,7 +50,7 @@ export async function api(method, path, body) {
     const message = payload && payload.message
       ? payload.message
       : `The booking service answered ${response.status} ${response.statusText}; please reload the page.`;
-    throw new ApiError(response.status, message);
+    throw new ApiError(response.status, message, payload);
   }
   return payload;
 }

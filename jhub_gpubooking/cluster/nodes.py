@@ -1,11 +1,11 @@
-"""Keep the booking pools in step with the cluster's nodes, and flag what no longer fits.
+"""The node inventory component (``c.NodeInventory``): keep the booking pools in step with the
+cluster's nodes, and flag what no longer fits.
 
 :class:`NodeWatcher` lists and watches nodes with ``kubernetes_asyncio`` (which KubeSpawner
 already brings) in an asyncio task of the service. On every change :class:`ClusterInventory`
-rebuilds the pools (:mod:`jhub_gpubooking.inventory`), hands them to the BookingStore, and records on each booking
-the cluster can no longer hold a ``flagged`` event (``unflagged`` when it fits again), so nothing
-is silently dropped: owners see their flags at ``api/flagged``, admins all at
-``api/admin/flagged``.
+rebuilds the pools (:mod:`jhub_gpubooking.inventory`), hands them to the BookingStore, and
+records on each booking the cluster can no longer hold a ``flagged`` event (``unflagged`` when
+it fits again, see :mod:`jhub_gpubooking.db.flags`), so nothing is silently dropped.
 """
 
 from __future__ import annotations
@@ -15,83 +15,22 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from traitlets import Any as AnyTrait
+from traitlets import Bool, Dict, Unicode
+from traitlets.config import LoggingConfigurable
 
-from .core.clock import Clock
-from .core.model import Pool
-from .core.timegrid import format_time
-from .db.models import BookingEventRow
-from .inventory import pools_from_nodes, unplaceable_bookings, with_hami_uuids
-from .service.api import APIHandler
+from ..core.model import Pool
+from ..db.flags import BookingFlags
+from ..gpu import pinning_gap
+from ..inventory import pools_from_nodes, unplaceable_bookings, with_hami_uuids
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
 
 log = logging.getLogger(__name__)
-
-FLAGGED = "flagged"
-UNFLAGGED = "unflagged"
-#: Actor recorded on flag events, so the history tells who raised them.
-INVENTORY_ACTOR = "cluster-inventory"
-
-
-@dataclass(frozen=True)
-class Flag:
-    booking_id: int
-    message: str
-    at: datetime
-
-
-class BookingFlags:
-    """Flags as ``booking_events`` rows: the newest flagged/unflagged event of a booking wins.
-
-    Events need no schema change and keep the full story in the booking's history.
-    """
-
-    def __init__(self, session_factory: sessionmaker[Session], clock: Clock):
-        self._session_factory = session_factory
-        self._clock = clock
-
-    @staticmethod
-    def _current(session: Session) -> dict[int, Flag]:
-        rows = session.scalars(
-            select(BookingEventRow)
-            .where(BookingEventRow.kind.in_((FLAGGED, UNFLAGGED)))
-            .order_by(BookingEventRow.id)
-        )
-        flags: dict[int, Flag] = {}
-        for row in rows:
-            if row.kind == FLAGGED:
-                flags[row.booking_id] = Flag(row.booking_id, row.detail.get("message", ""), row.at)
-            else:
-                flags.pop(row.booking_id, None)
-        return flags
-
-    def current(self) -> dict[int, Flag]:
-        with self._session_factory.begin() as session:
-            return self._current(session)
-
-    def update(self, reasons: Mapping[int, str], live_ids: set[int]) -> None:
-        """Flag ``reasons`` (id → message); unflag live bookings that are no longer in it."""
-        at = self._clock.now().replace(microsecond=0)
-        with self._session_factory.begin() as session:
-            current = self._current(session)
-            for booking_id, message in reasons.items():
-                if booking_id not in current or current[booking_id].message != message:
-                    log.warning("Flagging booking %s: %s", booking_id, message)
-                    session.add(BookingEventRow(booking_id=booking_id, at=at, actor=INVENTORY_ACTOR,
-                                                kind=FLAGGED, detail={"message": message}))
-            for booking_id in (set(current) & live_ids) - set(reasons):
-                session.add(BookingEventRow(
-                    booking_id=booking_id, at=at, actor=INVENTORY_ACTOR, kind=UNFLAGGED,
-                    detail={"message": "The GPUs of this booking are available again."},
-                ))
 
 
 class ClusterInventory:
@@ -219,39 +158,76 @@ class NodeWatcher:
                     await self._apply(nodes)
 
 
-# --- REST handlers ---------------------------------------------------------------------------
+class NodeInventory(LoggingConfigurable):
+    """Pools from the cluster's nodes, GPU UUIDs of configured HAMi pools, and the warnings
+    about pools whose bookings cannot be pinned to their GPU."""
 
+    inventory_from_nodes = Bool(
+        False,
+        help="Build pools from the cluster's nodes (GPU Feature Discovery labels, allocatable "
+        "resources, HAMi annotations) and keep them in sync; configured pools with other names "
+        "stay as configured.",
+    ).tag(config=True)
+    gpu_uuids_from_nodes = Bool(
+        False,
+        help="Watch the nodes of configured HAMi pools and take their GPU UUIDs from HAMi's "
+        "node annotation (hami.io/node-nvidia-register) where the pool lists none, so a booked "
+        "share is pinned to its GPU (nvidia.com/use-gpuuuid). Discovered pools "
+        "(inventory_from_nodes) always do. Needs the node watch's rights.",
+    ).tag(config=True)
+    inventory_pool_templates = Dict(
+        Dict(),
+        help="GPU product (the nvidia.com/gpu.product node label) → pool template: a pool dict "
+        "without 'nodes' and 'gpu_uuids', e.g. {'NVIDIA-A100-SXM4-40GB': {'name': 'a100', "
+        "'backend': 'hami', 'slices_per_gpu': 4}}.",
+    ).tag(config=True)
+    inventory_node_selector = Unicode(
+        "", help="Label selector limiting the watched nodes (e.g. nvidia.com/gpu.present=true)."
+    ).tag(config=True)
 
-def _flag_json(flag: Flag, booking_model: dict) -> dict:
-    return {"booking": booking_model, "message": flag.message, "flagged_at": format_time(flag.at)}
+    store = AnyTrait(help="The service's BookingStore; its pools are replaced on every change.")
+    flags = AnyTrait(help="The BookingFlags (on the service's session factory) to update.")
+    executor = AnyTrait(help="Executor the database work of every node change runs in.")
+    connector = AnyTrait(help="ClusterAccess.connector: opens the Kubernetes API client.")
+    on_pools = AnyTrait(help="Called with the new pools after every change.")
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._pinning_warned: set[str] = set()
+        self.warn_unpinned_pools(self.store.pools)
+        self.node_watcher: NodeWatcher | None = None
+        if not (self.inventory_from_nodes or self.gpu_uuids_from_nodes):
+            return
+        templates = self.inventory_pool_templates if self.inventory_from_nodes else {}
+        inventory = ClusterInventory(self.store, templates, self.flags, on_pools=self._use_pools,
+                                     configured_uuids=self.gpu_uuids_from_nodes)
+        purpose = "inventory_from_nodes" if self.inventory_from_nodes else "gpu_uuids_from_nodes"
+        # checked now, so missing credentials stop the service at start in one sentence
+        self.node_watcher = NodeWatcher(self.connector(purpose), inventory.apply,
+                                        label_selector=self.inventory_node_selector,
+                                        executor=self.executor)
 
-class FlaggedHandler(APIHandler):
-    """``api/flagged``: the caller's bookings the cluster can no longer hold, with the reason;
-    ``api/admin/flagged``: everyone's (administrators only)."""
+    def _use_pools(self, pools: dict[str, Pool]) -> None:
+        self.warn_unpinned_pools(pools)
+        if self.on_pools is not None:
+            self.on_pools(pools)
 
-    def initialize(self, flags: BookingFlags, everyone: bool, route_template: str = "") -> None:
-        super().initialize(route_template)
-        self.flags = flags
-        self.everyone = everyone
+    def warn_unpinned_pools(self, pools: Mapping[str, Pool]) -> list[str]:
+        """Log, once per distinct message, each pool whose bookings cannot be pinned to the GPU
+        their placement holds (see :func:`jhub_gpubooking.gpu.pinning_gap`)."""
+        gaps = [gap for gap in map(pinning_gap, pools.values()) if gap]
+        for gap in gaps:
+            if gap not in self._pinning_warned:
+                self.log.warning("%s", gap)
+        self._pinning_warned = set(gaps)
+        return gaps
 
-    async def get(self) -> None:
-        principal = self.require_admin() if self.everyone else self.require_user()
-        flags = await self.run_in_executor(self.flags.current)
-        bookings = await self.run_in_executor(
-            self.store.list, user=None if self.everyone else principal.name,
-            start=self.clock.now(),
-        )
-        models = [
-            _flag_json(flags[b.id], self.booking_model(b))
-            for b in bookings if b.id in flags and b.status == "booked"
-        ]
-        self.write_json({"flagged": models})
+    def start(self) -> None:
+        """Start the node watch, if on (inside the running event loop)."""
+        if self.node_watcher is not None:
+            self.node_watcher.start()
 
-
-def flagged_routes(flags: BookingFlags) -> list[tuple[str, type, dict]]:
-    """Route templates (relative to the service prefix), handlers and their arguments."""
-    return [
-        ("api/flagged", FlaggedHandler, {"flags": flags, "everyone": False}),
-        ("api/admin/flagged", FlaggedHandler, {"flags": flags, "everyone": True}),
-    ]
+    def stop(self) -> None:
+        if self.node_watcher is not None:
+            # the task closes its connection when cancelled (at the latest when the loop ends)
+            self.node_watcher.stop()

@@ -1,0 +1,302 @@
+"""The exact offline optimum of a one-week, two-node slice of the lab trace (an ILP).
+
+A scheduler that knew the whole week in advance could choose which requests to admit, each at
+the time it asks for, and where to put it, to admit the most GPU-hours. That is an integer
+program, solved exactly by HiGHS (``scipy.optimize.milp``):
+
+* ``a[r]`` = 1 when request ``r`` is admitted; the objective is the sum of its GPU-hours;
+* a fraction sits on one GPU: ``sum_g x[r, g] = a[r]``;
+* ``w`` whole GPUs sit on one node: ``y[r, n]`` picks the node, ``sum_{g in n} x[r, g] =
+  w * y[r, n]`` and ``sum_n y[r, n] = a[r]``;
+* no GPU holds more slices than it has at any request's start (the moments the set of running
+  bookings grows): ``sum_{r running} slices[r] * x[r, g] <= S``; whole GPUs count ``S`` each.
+
+The slice is a trace of the same distributions (:mod:`.tracegen`) on two 4-GPU nodes with a
+third of the users, for one week; requests for more GPUs than a node has are left out. The
+online schedulers replay the same requests under the optimum's rules (each request at its
+asked time, one attempt, no waitlist, no releases), so the numbers compare like with like.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from fractions import Fraction
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_array
+
+from jhub_gpubooking.core.model import Booking, Placement, Pool
+from jhub_gpubooking.core.placement import overbooked_instants
+from jhub_gpubooking.core.replacement import is_movable
+
+from .common import markdown_table
+from .trace_replay import LONGEST_BOOKING, Replay, best_fit, re_placing, replay
+from .tracegen import Trace, TraceShape, generate
+
+SLICE_POOL = Pool(name="a100-slice", slices_per_gpu=4, backend="hami",
+                  nodes={"gpu-c": 4, "gpu-d": 4})
+#: The optimum's rules for the online schedulers: asked times, one attempt, nothing released.
+AS_ASKED = {"attempts": 1, "waitlist": False, "no_show_minutes": None, "early_stops": False}
+
+
+@dataclass(frozen=True)
+class Item:
+    """A request the optimum may admit: fixed times, an amount, its worth in GPU-hours."""
+
+    id: int
+    start: datetime
+    end: datetime
+    amount: Fraction
+
+    @property
+    def value(self) -> Fraction:
+        return self.amount * Fraction(int((self.end - self.start).total_seconds()), 3600)
+
+
+@dataclass(frozen=True)
+class Optimum:
+    value: Fraction  # GPU-hours admitted by the best solution found
+    placements: dict[int, Placement]
+    optimal: bool  # proven optimal (else the time limit stopped the solver)
+    upper_bound: float  # the solver's bound: no solution admits more
+    seconds: float
+
+
+def _bookings(pool: Pool, items: Sequence[Item], placements: dict[int, Placement]) -> list[Booking]:
+    by_id = {item.id: item for item in items}
+    return [Booking(user="u", pool=pool.name, amount=by_id[i].amount, start=by_id[i].start,
+                    end=by_id[i].end, placement=placement, id=i)
+            for i, placement in placements.items()]
+
+
+def feasible(pool: Pool, items: Sequence[Item], placements: dict[int, Placement]) -> bool:
+    """No GPU holds more slices than it has at any moment (the core's own audit)."""
+    return not overbooked_instants(pool, _bookings(pool, items, placements))
+
+
+def options(pool: Pool, item: Item) -> Iterator[Placement]:
+    """Every placement of ``item`` in ``pool``: one GPU for a fraction, any GPUs of one node
+    for whole GPUs."""
+    slices = pool.amount_to_slices(item.amount)
+    if item.amount < 1:
+        for node, count in pool.nodes.items():
+            for index in range(count):
+                yield Placement(node, (index,), slices)
+        return
+    for node, count in pool.nodes.items():
+        for gpus in itertools.combinations(range(count), int(item.amount)):
+            yield Placement(node, gpus, pool.slices_per_gpu)
+
+
+def brute_force(pool: Pool, items: Sequence[Item]) -> Fraction:
+    """The optimum by trying every choice (refuse, or each placement) of every item: tiny
+    instances only, to check the ILP."""
+    best = Fraction(0)
+    choices = [[None, *options(pool, item)] for item in items]
+    for chosen in itertools.product(*choices):
+        placements = {item.id: p for item, p in zip(items, chosen) if p is not None}
+        value = sum((item.value for item in items if item.id in placements), Fraction(0))
+        if value > best and feasible(pool, items, placements):
+            best = value
+    return best
+
+
+def _model(pool: Pool, items: Sequence[Item], fixed: Sequence[Booking] = ()):
+    """The ILP's columns and rows (see the module docstring); ``fixed`` bookings keep their
+    placements and only take slices away from the GPUs they hold."""
+    gpus = [(node, index) for node, count in pool.nodes.items() for index in range(count)]
+    position = {gpu: g for g, gpu in enumerate(gpus)}
+    capacity = pool.slices_per_gpu
+    columns: list[tuple] = []  # ("a", r) | ("y", r, node) | ("x", r, g)
+    rows: list[tuple[dict[int, float], float, float]] = []  # (coefficients, low, high)
+
+    def column(key: tuple) -> int:
+        columns.append(key)
+        return len(columns) - 1
+
+    x_of: dict[int, list[tuple[int, int, int]]] = {g: [] for g in range(len(gpus))}  # g -> (col, r, slices)
+    admit = []
+    for r, item in enumerate(items):
+        a = column(("a", r))
+        admit.append(a)
+        if item.amount < 1:
+            slices = pool.amount_to_slices(item.amount)
+            xs = {column(("x", r, g)): 1.0 for g in range(len(gpus))}
+            for col in xs:
+                x_of[columns[col][2]].append((col, r, slices))
+            rows.append(({**xs, a: -1.0}, 0, 0))
+            continue
+        width = int(item.amount)
+        picks = {}
+        for node, count in pool.nodes.items():
+            if count < width:
+                continue
+            y = column(("y", r, node))
+            picks[y] = 1.0
+            on_node = [g for g, (name, _) in enumerate(gpus) if name == node]
+            xs = {column(("x", r, g)): 1.0 for g in on_node}
+            for col in xs:
+                x_of[columns[col][2]].append((col, r, capacity))
+            rows.append(({**xs, y: -float(width)}, 0, 0))
+        rows.append(({**picks, a: -1.0}, 0, 0))
+    held: dict[int, list[Booking]] = {g: [] for g in range(len(gpus))}
+    for booking in fixed:
+        if booking.holds_capacity and booking.placement is not None:
+            for index in booking.placement.gpus:
+                held[position[(booking.placement.node, index)]].append(booking)
+    # the use of a GPU only grows at a start, so checking every start checks every moment
+    item_starts = {item.start for item in items}
+    for g, holders in x_of.items():
+        moments = sorted(item_starts | {b.start for b in held[g]})
+        for moment in moments:
+            running = [(col, slices) for col, r, slices in holders
+                       if items[r].start <= moment < items[r].end]
+            room = capacity - sum(b.placement.slices for b in held[g]
+                                  if b.start <= moment < b.end)
+            if running and sum(slices for _, slices in running) > room:
+                rows.append(({col: float(slices) for col, slices in running}, -np.inf, room))
+    return gpus, columns, rows, admit
+
+
+def _matrix(rows, count: int) -> LinearConstraint:
+    data, row_index, col_index = [], [], []
+    for i, (coefficients, _, _) in enumerate(rows):
+        for col, coefficient in coefficients.items():
+            data.append(coefficient)
+            row_index.append(i)
+            col_index.append(col)
+    matrix = coo_array((data, (row_index, col_index)), shape=(len(rows), count)).tocsr()
+    return LinearConstraint(matrix, [low for _, low, _ in rows], [high for _, _, high in rows])
+
+
+def fits_with_moves(pool: Pool, fixed: Sequence[Booking], items: Sequence[Item],
+                    time_limit: float = 60) -> bool | None:
+    """Can every item be placed at its times next to the ``fixed`` bookings? An exact
+    feasibility ILP (None when HiGHS hit its time limit before deciding)."""
+    _, columns, rows, admit = _model(pool, items, fixed)
+    low = np.zeros(len(columns))
+    low[admit] = 1  # every item is placed
+    result = milp(np.zeros(len(columns)), constraints=_matrix(rows, len(columns)),
+                  integrality=np.ones(len(columns)), bounds=Bounds(low, 1),
+                  options={"time_limit": time_limit})
+    if result.status == 0:
+        return True
+    if result.status == 2:  # infeasible
+        return False
+    return None
+
+
+def solve(pool: Pool, items: Sequence[Item], time_limit: float = 600) -> Optimum:
+    """The ILP of the module docstring, solved by HiGHS."""
+    began = time.perf_counter()
+    gpus, columns, rows, admit = _model(pool, items)
+    capacity = pool.slices_per_gpu
+    cost = np.zeros(len(columns))
+    for r, a in enumerate(admit):
+        cost[a] = -float(items[r].value)
+    placements: dict[int, Placement] = {}
+    result = milp(cost, constraints=_matrix(rows, len(columns)),
+                  integrality=np.ones(len(columns)), bounds=Bounds(0, 1),
+                  options={"time_limit": time_limit, "mip_rel_gap": 0})
+    if result.x is None:
+        raise RuntimeError(f"HiGHS found no solution: {result.message}")
+    chosen = np.round(result.x).astype(int)
+    for r, item in enumerate(items):
+        if not chosen[admit[r]]:
+            continue
+        on = [gpus[key[2]] for col, key in enumerate(columns)
+              if key[0] == "x" and key[1] == r and chosen[col]]
+        slices = pool.amount_to_slices(item.amount) if item.amount < 1 else capacity
+        placements[item.id] = Placement(on[0][0], tuple(sorted(i for _, i in on)), slices)
+    if not feasible(pool, items, placements):
+        raise RuntimeError("the ILP's solution overbooks a GPU")
+    value = sum((item.value for item in items if item.id in placements), Fraction(0))
+    bound = -getattr(result, "mip_dual_bound", -float(value))
+    return Optimum(value, placements, result.status == 0, max(bound, float(value)),
+                   time.perf_counter() - began)
+
+
+#: ``--tiny``: two 2-GPU nodes at a third of the load, so the smoke test solves in a second.
+TINY_SLICE_POOL = Pool(name="a100-tiny", slices_per_gpu=4, backend="hami",
+                       nodes={"gpu-c": 2, "gpu-d": 2})
+
+
+def slice_trace(seed: int, tiny: bool = False) -> Trace:
+    """One week of a third of the lab's users on two 4-GPU nodes (same distributions)."""
+    shape = TraceShape(users=3, weeks=1, load=0.3) if tiny else TraceShape(users=16, weeks=1)
+    pool = TINY_SLICE_POOL if tiny else SLICE_POOL
+    trace = generate(shape, seed=seed, pool=pool)
+    largest = max(pool.nodes.values())
+    return Trace(shape, pool, [r for r in trace.requests if r.amount <= largest], trace.groups)
+
+
+def optimum_report(seed: int, tiny: bool = False, time_limit: float = 600) -> dict:
+    """Solve the slice of ``seed``, replay the online schedulers on it, print the comparison."""
+    trace = slice_trace(seed, tiny)
+    items = [Item(r.id, r.start, r.end, r.amount) for r in trace.requests]
+    demand = sum((item.value for item in items), Fraction(0))
+    best = solve(trace.pool, items, time_limit)
+    online = {}
+    for how in (Replay("best fit, as asked", best_fit, **AS_ASKED),
+                Replay("re-placing, as asked", re_placing, **AS_ASKED)):
+        outcome = replay(trace, how)
+        admitted = sum((r.gpu_hours for r in trace.requests if r.id in outcome.admitted),
+                       Fraction(0))
+        online[how.name] = float(admitted)
+    rows = [["offline optimum (ILP)" + ("" if best.optimal else ", time limit"),
+             round(float(best.value), 2), 1.0, len(best.placements)]]
+    for name, admitted in online.items():
+        rows.append([name, round(admitted, 2), admitted / float(best.value) if best.value else 1.0,
+                     ""])
+    print(f"\nOffline optimum, seed {seed}: one week, two nodes of "
+          f"{max(trace.pool.nodes.values())} GPUs in quarters, "
+          f"{len(items)} requests, demand {float(demand):,.1f} GPU-h; HiGHS "
+          f"{'proved it optimal' if best.optimal else 'stopped at its time limit'} in "
+          f"{best.seconds:.1f} s (upper bound {best.upper_bound:,.2f} GPU-h)\n")
+    print(markdown_table(["scheduler", "admitted GPU-h", "of optimum", "admitted requests"], rows))
+    return {
+        "seed": seed, "requests": len(items), "demand_gpu_hours": float(demand),
+        "optimum_gpu_hours": float(best.value), "optimal": best.optimal,
+        "upper_bound_gpu_hours": best.upper_bound, "solver_seconds": best.seconds,
+        "online_gpu_hours": online,
+        "online_share_of_optimum": {name: admitted / float(best.value) if best.value else 1.0
+                                    for name, admitted in online.items()},
+    }
+
+
+def exact_avoidable(trace: Trace, how: Replay, sample: int, time_limit: float = 60) -> dict:
+    """Decide exactly, for ``sample`` evenly spread fragmentation refusals of ``how`` that are
+    not blocked by started bookings, whether moving upcoming bookings could have let them in:
+    a feasibility ILP in which every upcoming booking lying within LONGEST_BOOKING of the
+    request may go to any GPUs of its pool (its amount, times and one node kept) and all other
+    bookings stay. Feasible proves the refusal avoidable; infeasible means no re-placement of
+    the bookings in that window exists."""
+    outcome = replay(trace, Replay(how.name, how.placer, how.whole_gpus, how.no_show_minutes,
+                                   how.waitlist, how.early_stops, how.attempts,
+                                   keep_refusals=True))
+    cases = outcome.avoidable
+    step = max(1, len(cases) // sample) if sample else len(cases) + 1
+    picked = cases[::step][:sample]
+    began = time.perf_counter()
+    verdicts = []
+    for near, start, end, amount, now in picked:
+        low, high = start - LONGEST_BOOKING, end + LONGEST_BOOKING
+        movable = [b for b in near if is_movable(b, now) and low <= b.start and b.end <= high]
+        moving = {b.id for b in movable}
+        items = [Item(b.id, b.start, b.end, b.amount) for b in movable]
+        items.append(Item(-1, start, end, amount))
+        verdicts.append(fits_with_moves(trace.pool, [b for b in near if b.id not in moving],
+                                        items, time_limit))
+    return {
+        "possibly_avoidable": len(cases),
+        "checked": len(picked),
+        "avoidable": verdicts.count(True),
+        "not_avoidable": verdicts.count(False),
+        "undecided": verdicts.count(None),
+        "solver_seconds": time.perf_counter() - began,
+    }

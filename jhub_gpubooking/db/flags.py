@@ -1,0 +1,78 @@
+"""Flags on bookings the cluster can no longer hold, stored as ``booking_events`` rows.
+
+The node inventory (:mod:`jhub_gpubooking.cluster.nodes`) raises and clears them; owners see
+theirs at ``api/flagged``, admins all at ``api/admin/flagged`` (:mod:`jhub_gpubooking.service.flagged`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..core.clock import Clock
+from .models import BookingEventRow
+
+log = logging.getLogger(__name__)
+
+FLAGGED = "flagged"
+UNFLAGGED = "unflagged"
+#: Actor recorded on flag events, so the history tells who raised them.
+INVENTORY_ACTOR = "cluster-inventory"
+
+
+@dataclass(frozen=True)
+class Flag:
+    booking_id: int
+    message: str
+    at: datetime
+
+
+class BookingFlags:
+    """Flags as ``booking_events`` rows: the newest flagged/unflagged event of a booking wins.
+
+    Events need no schema change and keep the full story in the booking's history.
+    """
+
+    def __init__(self, session_factory: sessionmaker[Session], clock: Clock):
+        self._session_factory = session_factory
+        self._clock = clock
+
+    @staticmethod
+    def _current(session: Session) -> dict[int, Flag]:
+        rows = session.scalars(
+            select(BookingEventRow)
+            .where(BookingEventRow.kind.in_((FLAGGED, UNFLAGGED)))
+            .order_by(BookingEventRow.id)
+        )
+        flags: dict[int, Flag] = {}
+        for row in rows:
+            if row.kind == FLAGGED:
+                flags[row.booking_id] = Flag(row.booking_id, row.detail.get("message", ""), row.at)
+            else:
+                flags.pop(row.booking_id, None)
+        return flags
+
+    def current(self) -> dict[int, Flag]:
+        with self._session_factory.begin() as session:
+            return self._current(session)
+
+    def update(self, reasons: Mapping[int, str], live_ids: set[int]) -> None:
+        """Flag ``reasons`` (id → message); unflag live bookings that are no longer in it."""
+        at = self._clock.now().replace(microsecond=0)
+        with self._session_factory.begin() as session:
+            current = self._current(session)
+            for booking_id, message in reasons.items():
+                if booking_id not in current or current[booking_id].message != message:
+                    log.warning("Flagging booking %s: %s", booking_id, message)
+                    session.add(BookingEventRow(booking_id=booking_id, at=at, actor=INVENTORY_ACTOR,
+                                                kind=FLAGGED, detail={"message": message}))
+            for booking_id in (set(current) & live_ids) - set(reasons):
+                session.add(BookingEventRow(
+                    booking_id=booking_id, at=at, actor=INVENTORY_ACTOR, kind=UNFLAGGED,
+                    detail={"message": "The GPUs of this booking are available again."},
+                ))

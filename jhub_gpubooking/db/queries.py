@@ -1,0 +1,145 @@
+"""The booking reads the store and its unit of work share: SQL that selects rows, nothing more.
+
+Each query reads only what can matter (rows overlapping an interval, one user's recent
+bookings), so its cost does not grow with a semester of history. The reads every booking
+change makes are Core statements built once (SQLAlchemy computes their cache keys once, and
+rows come back as plain tuples rather than ORM objects): they are most of a create's work.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, and_, bindparam, or_, select
+from sqlalchemy.orm import Session
+
+from ..core import policy as booking_policy
+from ..core.errors import InvalidRequest
+from ..core.model import Booking, BookingState, MaintenanceWindow
+from ..core.timegrid import as_utc
+from .convert import booking_from_row, maintenance_from_row
+from .models import BookingRow, MaintenanceWindowRow
+
+_bookings = BookingRow.__table__
+_windows = MaintenanceWindowRow.__table__
+#: Bookings holding capacity of a pool in [after, end): see :func:`overlapping`.
+OVERLAPPING_BOOKINGS = select(_bookings).where(
+    _bookings.c.pool == bindparam("pool"),
+    _bookings.c.end > bindparam("after"),
+    _bookings.c.start < bindparam("end"),
+    _bookings.c.status == "booked",
+)
+OVERLAPPING_WINDOWS = select(_windows).where(
+    _windows.c.pool == bindparam("pool"),
+    _windows.c.end > bindparam("start"),
+    _windows.c.start < bindparam("end"),
+)
+#: A user's booked bookings ending after ``horizon`` (the index on (user, end) finds them).
+USER_BOOKINGS_AFTER = select(_bookings).where(
+    _bookings.c.user == bindparam("user"),
+    _bookings.c.end > bindparam("horizon"),
+    _bookings.c.status == "booked",
+)
+
+
+def rows_connection(session: Session) -> Connection:
+    """The session's connection, for Core statements, after writing the session's pending ORM
+    changes (a Core statement does not autoflush, and must see them)."""
+    session.flush()
+    return session.connection()
+
+
+def page(statement, row_class, limit: int | None, after: tuple[datetime, int] | None):
+    """Keyset paging over (start, id): stable while rows are added, unlike an offset."""
+    if after is not None:
+        start, row_id = as_utc(after[0]), after[1]
+        statement = statement.where(
+            or_(row_class.start > start, and_(row_class.start == start, row_class.id > row_id))
+        )
+    return statement if limit is None else statement.limit(limit)
+
+
+def state_filter(state: BookingState | str, now: datetime) -> list:
+    """WHERE clauses selecting the bookings in ``state`` at ``now`` (400 for an unknown state)."""
+    try:
+        state = BookingState(state)
+    except ValueError:
+        allowed = ", ".join(s.value for s in BookingState)
+        raise InvalidRequest(f"'state' must be one of: {allowed}.") from None
+    if state is BookingState.CANCELLED:
+        return [BookingRow.status == "cancelled"]
+    booked = BookingRow.status == "booked"
+    if state is BookingState.UPCOMING:
+        # end > now follows from start > now; said out loud, it lets the (user, end) index skip
+        # a user's past bookings instead of reading the whole history
+        return [booked, BookingRow.start > now, BookingRow.end > now]
+    if state is BookingState.ACTIVE:
+        return [booked, BookingRow.start <= now, BookingRow.end > now]
+    return [booked, BookingRow.end <= now]
+
+
+def overlapping(
+    session: Session, pool: str, start: datetime, end: datetime, now: datetime
+) -> tuple[list[Booking], list[MaintenanceWindow]]:
+    """Bookings holding capacity and maintenance windows of ``pool`` that touch [start, end).
+
+    A booking that has ended holds nothing any more, even inside the running slot: one
+    ended early ("End now") frees its GPUs for a booking of the current slot at once.
+    """
+    connection = rows_connection(session)
+    bookings = connection.execute(
+        OVERLAPPING_BOOKINGS, {"pool": pool, "after": max(as_utc(start), now), "end": end}
+    )
+    windows = connection.execute(OVERLAPPING_WINDOWS, {"pool": pool, "start": start, "end": end})
+    return [booking_from_row(b) for b in bookings], [maintenance_from_row(w) for w in windows]
+
+
+def overlapping_besides(
+    session: Session, pool: str, start: datetime, end: datetime,
+    inner: tuple[datetime, datetime], now: datetime,
+) -> tuple[list[Booking], list[MaintenanceWindow]]:
+    """What :func:`overlapping` reads for [start, end) that it did not read for the ``inner``
+    interval already (the maintenance windows are all read again: they are few).
+
+    For a create that moves bookings and reads hundreds of them: plain rows, not ORM objects,
+    so the rows it changes are loaded again by the caller."""
+    inner_start, inner_end = max(as_utc(inner[0]), now), as_utc(inner[1])
+    table = BookingRow.__table__
+    rows = session.execute(
+        select(table).where(
+            table.c.pool == pool,
+            table.c.end > max(as_utc(start), now),
+            table.c.start < end,
+            table.c.status == "booked",
+            or_(table.c.end <= inner_start, table.c.start >= inner_end),
+        )
+    )
+    windows = session.scalars(
+        select(MaintenanceWindowRow).where(
+            MaintenanceWindowRow.pool == pool,
+            MaintenanceWindowRow.end > start,
+            MaintenanceWindowRow.start < end,
+        )
+    )
+    return [booking_from_row(b) for b in rows], [maintenance_from_row(w) for w in windows]
+
+
+def policy_context(
+    session: Session, policy: booking_policy.Policy, request: Booking, now: datetime
+) -> list[Booking]:
+    """The user's bookings that can matter to the policy: all future ones, and past ones
+    only as far back as the cooldown and the budget periods reach (not the whole history).
+    Opportunistic grants are left out: a best-effort use must not block a real booking."""
+    horizon = min(now, request.start)
+    if policy.cooldown_minutes:
+        horizon = min(horizon, request.start - timedelta(minutes=policy.cooldown_minutes))
+    if policy.budget_gpu_hours is not None:
+        for when in (now, request.start):
+            period_start, _ = booking_policy.period_bounds(policy.budget_period, when)
+            horizon = min(horizon, period_start)
+    rows = rows_connection(session).execute(
+        USER_BOOKINGS_AFTER, {"user": request.user, "horizon": horizon}
+    )
+    return [
+        booking_from_row(row) for row in rows if row.id != request.id and not row.opportunistic
+    ]

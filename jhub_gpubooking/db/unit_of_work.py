@@ -1,0 +1,310 @@
+"""The unit of work: one write transaction that holds its pools' locks, places bookings and
+records their events, all committed together or not at all.
+
+Every module that changes bookings (the store, series, opportunistic grants, the lifecycle)
+works through it, so how pools are locked and what a placement checks live in one place.
+Placements in a pool are serialised by locking the pool's row (``SELECT ... FOR UPDATE`` on
+PostgreSQL/MySQL; on SQLite the whole transaction is one ``BEGIN IMMEDIATE`` write), and
+capacity is computed inside that lock, so two concurrent requests can never both take the
+last free slice.
+
+A create is the service's most frequent write, so its statements are Core statements built
+once (see :mod:`.queries`): the pool locks, the reads, the booking's and its event's inserts,
+then the one commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.orm import Session
+
+from ..core import placement as placing
+from ..core import policy as booking_policy
+from ..core import replacement
+from ..core.errors import Conflict, InvalidRequest, NotFound
+from ..core.model import Booking, BookingState, MaintenanceWindow, Placement
+from ..core.timegrid import ceil_to_grid, format_time
+from .convert import booking_from_new_row, booking_from_row, booking_row
+from .models import BookingEventRow, BookingRow, PoolRow
+from .queries import overlapping, overlapping_besides, policy_context, rows_connection
+
+if TYPE_CHECKING:
+    from .store import BookingStore
+
+_pools = PoolRow.__table__
+LOCK_POOL = select(_pools.c.name).where(_pools.c.name == bindparam("name")).with_for_update()
+INSERT_BOOKING = insert(BookingRow.__table__)
+INSERT_EVENT = insert(BookingEventRow.__table__)
+
+#: How far before and after a request a create that has to move bookings reads the pool:
+#: only bookings inside that wider interval may move (reading a busy pool costs ~0.1 ms per
+#: booking, and bookings reaching further are rarely the ones that can move anyway).
+MOVE_READ_MARGIN = timedelta(hours=4)
+
+
+def clock_time(when: datetime) -> str:
+    """A time as refusals show it (the booking grid is in UTC, so is the text)."""
+    return f"{when:%Y-%m-%d %H:%M} UTC"
+
+
+class BookingChecks:
+    """What a booking change checks, read on one transaction's session: a unit of work's, or a
+    read transaction's when only asking whether a change would pass (nothing is locked then,
+    so the change itself may still be refused)."""
+
+    def __init__(self, store: BookingStore, session: Session):
+        self.store = store
+        self.session = session
+
+    def overlapping(
+        self, pool: str, start: datetime, end: datetime
+    ) -> tuple[list[Booking], list[MaintenanceWindow]]:
+        """What holds capacity of ``pool`` in [start, end): see :func:`.queries.overlapping`."""
+        return overlapping(self.session, pool, start, end, self.store.now())
+
+    def check_rules(self, request: Booking, groups: Any, now: datetime, check: Callable) -> None:
+        """The policy ``check`` (check_booking / check_end_change), then the budget book's."""
+        policy = self.store.policy_for(groups)
+        others = policy_context(self.session, policy, request, now)
+        budgets = self.store.budgets
+        if budgets is None:
+            return check(policy, request, others, now)
+        check(budgets.own_rules(policy), request, others, now)
+        budgets.check(self.session, request, policy, now)
+
+    def check_end_change(self, booking: Booking, end: datetime, groups: Any, is_admin: bool,
+                         now: datetime) -> None:
+        """Raise the refusal ``BookingStore.change_end`` gives for moving ``booking``'s end to
+        ``end`` (nothing when it would be accepted)."""
+        state = booking.state(now)
+        if state in (BookingState.CANCELLED, BookingState.ENDED):
+            raise Conflict(f"This booking is {state.value} and can no longer be changed.")
+        if end <= booking.start:
+            raise InvalidRequest("The end time must be after the start time.")
+        if end <= now:
+            earliest = ceil_to_grid(now, self.store.slot_minutes)
+            raise InvalidRequest(
+                f"The new end {clock_time(end)} is in the past; choose "
+                f"{clock_time(earliest)} or later."
+            )
+        if end == booking.end:
+            return
+        if not is_admin:
+            changed = booking.with_changes(end=end)
+            self.check_rules(changed, groups, now, booking_policy.check_end_change)
+        if end > booking.end:
+            self.check_extension(booking, end)
+
+    def check_extension(self, booking: Booking, end: datetime) -> None:
+        """Refuse (409) unless the booking's own GPUs are free from its end until ``end``:
+        an extension never moves a booking that may already run on them."""
+        taken_from = self.taken_from(booking, end)
+        if taken_from is not None:
+            raise Conflict(
+                f"The GPU this booking holds on {booking.placement.node} is taken from "
+                f"{clock_time(taken_from)}; the booking can be extended to "
+                f"{clock_time(taken_from)} at most."
+            )
+
+    def taken_from(self, booking: Booking, end: datetime) -> datetime | None:
+        """When, between the booking's end and ``end``, another booking or a maintenance window
+        first takes the booking's own GPUs; None if they stay free (409 if the pool or the GPU
+        is gone)."""
+        pool = self.store.pools.get(booking.pool)
+        if pool is None:
+            raise Conflict(
+                f"Pool {booking.pool!r} is no longer configured; its bookings cannot be extended."
+            )
+        placement = booking.placement
+        bookings, windows = self.overlapping(pool.name, booking.end, end)
+        others = [b for b in bookings if b.id != booking.id]
+        table = placing.UsageTable(pool, others, booking.end, end, windows)
+        own = [
+            g
+            for g, gpu in enumerate(table.gpus)
+            if gpu[0] == placement.node and gpu[1] in placement.gpus
+        ]
+        if len(own) != len(placement.gpus):
+            raise Conflict(
+                "This booking's GPU is no longer part of the pool; it cannot be extended."
+            )
+        for piece in range(table.pieces):
+            column = table.column(piece)
+            if any(column[g] + placement.slices > pool.slices_per_gpu for g in own):
+                return table.boundaries[piece]
+        return None
+
+
+class UnitOfWork(BookingChecks):
+    """One write transaction of a :class:`~.store.BookingStore`, from its ``unit_of_work()``.
+
+    ``session`` is the transaction's SQLAlchemy session, for the caller's own reads and row
+    changes: they commit with the placements and events made here, or roll back with them.
+    """
+
+    def __init__(self, store: BookingStore, session: Session):
+        super().__init__(store, session)
+        self._locked: list[str] = []
+
+    @property
+    def locked_pools(self) -> tuple[str, ...]:
+        """The pools held, in the order they were locked."""
+        return tuple(self._locked)
+
+    def lock_pools(self, names: Iterable[str]) -> None:
+        """Lock the pools ``names`` not held yet, in name order (NotFound for an unknown one).
+
+        One global order keeps lock waits free of cycles: two transactions that both need
+        pools a and b both wait for a first. A pool sorting before one already held would
+        break that order, so it is refused before anything waits: lock every pool a unit of
+        work needs when it starts.
+        """
+        wanted = sorted(set(names) - set(self._locked))
+        if wanted and self._locked and wanted[0] < max(self._locked):
+            raise RuntimeError(
+                f"Pool {wanted[0]!r} would be locked after {max(self._locked)!r}, out of name "
+                "order; lock every pool the unit of work needs when it starts."
+            )
+        connection = rows_connection(self.session)
+        # SQLite has no row locks: the transaction's BEGIN IMMEDIATE already holds the whole
+        # database, and the SELECT would only tell whether the pool's row exists, which a pool
+        # this store synced is known to (pool rows are never deleted)
+        skip_known = connection.dialect.name == "sqlite"
+        for name in wanted:
+            if skip_known and name in self.store.synced_pools:
+                self._locked.append(name)
+                continue
+            locked = connection.execute(LOCK_POOL, {"name": name}).scalar_one_or_none()
+            if locked is None and name in self.store.pools:
+                # a setup bug, not a user error: the service must sync pools before serving
+                raise RuntimeError(
+                    f"Pool {name!r} is configured but not in the database: call sync_pools()."
+                )
+            if locked is None:
+                raise NotFound(f"There is no GPU pool named {name!r}.")
+            self._locked.append(name)
+
+    def pool_of(self, booking_id: int) -> str:
+        """The name of the pool a booking belongs to (a booking never changes pools)."""
+        pool = self.session.execute(
+            select(BookingRow.pool).where(BookingRow.id == booking_id)
+        ).scalar_one_or_none()
+        if pool is None:
+            raise NotFound(f"There is no booking with id {booking_id}.")
+        return pool
+
+    def lock_booking(self, booking_id: int) -> BookingRow:
+        """The booking's row, locked after its pool (always pool first: no lock cycles)."""
+        self.lock_pools([self.pool_of(booking_id)])
+        statement = select(BookingRow).where(BookingRow.id == booking_id).with_for_update()
+        # another transaction may have changed the row since this session last read it
+        return self.session.execute(
+            statement, execution_options={"populate_existing": True}
+        ).scalar_one()
+
+    def record(self, row: BookingRow | Booking, actor: str | None, kind: str,
+               **detail: Any) -> None:
+        """Add an event to the booking's history (``actor`` None: the service itself)."""
+        self._record(row.id, actor, kind, detail)
+
+    def _record(self, booking_id: int, actor: str | None, kind: str, detail: dict) -> None:
+        rows_connection(self.session).execute(INSERT_EVENT, {
+            "booking_id": booking_id, "at": self.store.stamp(), "actor": actor, "kind": kind,
+            "detail": detail,
+        })
+
+    def place(self, request: Booking, groups: Any, is_admin: bool, now: datetime,
+              actor: str | None) -> Booking:
+        """Check policy and budgets (not for admins), place ``request`` on the GPUs with the
+        least waste and add it; raises the refusal a user would see. Its pool must be locked
+        (and every pool a rule counts across, see ``BookingStore.pools_for_rules``)."""
+        if not is_admin:
+            self.check_rules(request, groups, now, booking_policy.check_booking)
+        pool_spec = self.store.pools[request.pool]
+        bookings, windows = self.overlapping(request.pool, request.start, request.end)
+        placed = placing.fit(
+            pool_spec, bookings, request.start, request.end, request.amount, windows
+        )
+        if placed is None:
+            placed = self.place_by_moving(request, bookings, windows)
+        return self.add_placed(request.with_changes(placement=placed), actor)
+
+    def place_by_moving(self, request: Booking, bookings: list[Booking],
+                        windows: list[MaintenanceWindow]) -> Placement:
+        """Placement for ``request`` after moving upcoming, unclaimed bookings of its pool
+        (:func:`~..core.replacement.place_or_move`); ``bookings`` and ``windows`` are what
+        holds capacity during the request. The moves are written here, each with a "moved"
+        event keeping the old placement. Raises the plain refusal if nothing helps.
+
+        A moved booking must not collide with anything over its own interval, so the read is
+        widened once, to cover the movable bookings overlapping the request but by at most
+        :data:`MOVE_READ_MARGIN` on each side; bookings reaching outside that read stay where
+        they are (a bound: one short read keeps a create on a busy pool fast)."""
+        pool_spec = self.store.pools[request.pool]
+        # read under the pool's lock: a booking that started while this request waited for
+        # the lock has started, and a claim (which takes the same lock) is already visible
+        now = self.store.now()
+        movable = [b for b in bookings if replacement.is_movable(b, now)]
+        start = max(min([request.start, *(b.start for b in movable)]),
+                    request.start - MOVE_READ_MARGIN)
+        end = min(max([request.end, *(b.end for b in movable)]), request.end + MOVE_READ_MARGIN)
+        if (start, end) != (request.start, request.end):
+            more, windows = overlapping_besides(
+                self.session, request.pool, start, end, (request.start, request.end), now)
+            bookings = bookings + more
+        found = replacement.place_or_move(
+            pool_spec, bookings, request.start, request.end, request.amount, now, windows,
+            known=(start, end),
+        )
+        for move in found.moves:
+            self.move(move.booking, move.placement)
+        return found.placement
+
+    def move(self, booking: Booking, placement: Placement) -> None:
+        """Put ``booking`` (as read in this unit of work, with its pool locked) on other GPUs
+        of its node or pool, recording a "moved" event with the old and the new placement."""
+        self._record(booking.id, None, "moved", dict(
+            old_node=booking.placement.node, old_gpu_indices=list(booking.placement.gpus),
+            node=placement.node, gpu_indices=list(placement.gpus),
+        ))
+        rows_connection(self.session).execute(
+            update(BookingRow.__table__).where(BookingRow.__table__.c.id == booking.id).values(
+                node=placement.node, gpu_indices=list(placement.gpus),
+                updated=self.store.stamp(),
+            )
+        )
+
+    def add_placed(self, booking: Booking, actor: str | None, **detail: Any) -> Booking:
+        """Insert ``booking``, already placed, and record its "created" event (with ``detail``);
+        returns it as stored (with its id)."""
+        values = booking_row(booking, self.store.pools[booking.pool], self.store.stamp())
+        inserted = rows_connection(self.session).execute(INSERT_BOOKING, values)
+        stored = booking_from_new_row(inserted.inserted_primary_key[0], values)
+        placed = booking.placement
+        self._record(stored.id, actor, "created", dict(
+            gpus=str(booking.amount), start=format_time(booking.start),
+            end=format_time(booking.end), node=placed.node, gpu_indices=list(placed.gpus),
+            **detail,
+        ))
+        return stored
+
+    def cancel(self, row: BookingRow, actor: str | None, **detail: Any) -> None:
+        """Cancel the locked booking ``row`` as :func:`~..core.policy.cancel_outcome` says: an
+        upcoming one is cancelled, an active one ends now, keeping the time already used
+        (history, budget) and freeing the rest at once. Conflict if it is over already."""
+        now = self.store.stamp()
+        outcome = booking_policy.cancel_outcome(booking_from_row(row), now)
+        kind = "cancelled" if actor == row.user else "force_cancelled"
+        if outcome.status == "cancelled":
+            self.record(row, actor, kind, **detail)
+            row.status = "cancelled"
+        else:
+            self.record(row, actor, kind, **detail, old_end=format_time(row.end),
+                        new_end=format_time(outcome.end))
+            row.end = outcome.end
+            row.release_reason = outcome.release_reason
+        row.updated = now

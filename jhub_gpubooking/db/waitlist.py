@@ -1,0 +1,258 @@
+"""The waitlist in the database: joining, withdrawing, expiring, and serving waits.
+
+Serving books each waiting request, in the fair order of :mod:`..core.waitlist`, through the
+store's unit of work exactly as a booking the user made at that moment (policy, budgets,
+limits, placement): one transaction per wait holding the pool locks a booking would take, in
+which the wait's row is locked, its interval searched under those locks, the booking placed and
+the wait marked booked, all committed together. A refusal rolls that transaction back and the
+wait keeps waiting. Waits always book as their user (admins' exemption does not apply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import or_, select, update
+
+from ..core import policy as booking_policy
+from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
+from ..core.model import Booking, checked_text, parse_amount
+from ..core.timegrid import as_utc, floor_to_grid, format_time
+from ..core.waitlist import Wait, WaitState, booked_note, fair_order, interval_to_try
+from .models import WaitRow
+from .next_free import NEXT_FREE_SEARCH_DAYS
+from .queries import page
+from .store import BookingStore
+from .unit_of_work import UnitOfWork
+
+
+def wait_from_row(row: WaitRow) -> Wait:
+    return Wait(
+        user=row.user,
+        pool=row.pool,
+        amount=Fraction(row.amount_num, row.amount_den),
+        start=row.start,
+        length=timedelta(minutes=row.minutes),
+        latest_start=row.latest_start,
+        priority=row.priority,
+        created=row.created,
+        id=row.id,
+        state=WaitState(row.state),
+        booking_id=row.booking_id,
+        groups=tuple(row.groups or ()),
+        note=row.note,
+        updated=row.updated,
+    )
+
+
+class WaitStore:
+    """The waits of a :class:`~.store.BookingStore` (its clock, pools, grid and policies)."""
+
+    def __init__(self, store: BookingStore):
+        self.store = store
+
+    # -- joining and leaving -------------------------------------------------------------------
+
+    def join(
+        self,
+        user: str,
+        pool: str,
+        gpus: Any,
+        start: datetime,
+        end: datetime,
+        window_end: datetime | None = None,
+        note: str = "",
+        groups: Any = (),
+        priority: int = 0,
+        actor: str | None = None,
+        max_waiting: int | None = None,
+    ) -> Wait:
+        """Put a request on the waitlist: ``gpus`` of ``pool`` for ``end - start``, starting
+        at ``start`` or, with ``window_end``, anywhere from ``start`` on that ends by
+        ``window_end``. Refused (400/403) like the booking would be for anything but capacity;
+        ``max_waiting`` caps the user's waiting requests (409 beyond)."""
+        store = self.store
+        pool_spec = store.pool(pool)
+        amount = gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
+        pool_spec.amount_to_slices(amount)
+        start, end, now = as_utc(start), as_utc(end), store.now()
+        window_end = end if window_end is None else as_utc(window_end)
+        store.check_interval(start, end, now)
+        store.check_interval(start, window_end, now)  # the window's end on the grid, too
+        if window_end < end:
+            raise InvalidRequest("'window_end' must not be before 'end'.")
+        if window_end - start > timedelta(days=NEXT_FREE_SEARCH_DAYS):
+            raise InvalidRequest(
+                f"A waiting window may span at most {NEXT_FREE_SEARCH_DAYS} days."
+            )
+        checked_text(note, "note")
+        groups = tuple(sorted(groups))
+        request = Booking(user=user, pool=pool, amount=amount, start=start, end=end,
+                          note=note, groups=groups)
+        with store.unit_of_work() as work:
+            # what the policy refuses now (length, how far ahead, pools) it would refuse later
+            work.check_rules(request, groups, now, booking_policy.check_booking)
+            if max_waiting is not None and self._waiting_count(work, user) >= max_waiting:
+                raise Conflict(
+                    f"You already have {max_waiting} requests on the waitlist; withdraw one "
+                    "before adding another."
+                )
+            stamp = store.stamp()
+            row = WaitRow(
+                user=user, pool=pool, amount_num=amount.numerator, amount_den=amount.denominator,
+                start=start, latest_start=window_end - (end - start),
+                minutes=(end - start) // timedelta(minutes=1), priority=priority,
+                groups=list(groups), note=note, state=WaitState.WAITING.value,
+                created=stamp, updated=stamp, created_by=actor,
+            )
+            work.session.add(row)
+            work.session.flush()
+            return wait_from_row(row)
+
+    def _waiting_count(self, work: UnitOfWork, user: str) -> int:
+        return len(work.session.scalars(
+            select(WaitRow.id).where(WaitRow.user == user,
+                                     WaitRow.state == WaitState.WAITING.value)
+        ).all())
+
+    def get(self, wait_id: int) -> Wait:
+        with self.store.read_transaction() as session:
+            row = session.get(WaitRow, wait_id)
+            if row is None:
+                raise NotFound(f"There is no wait with id {wait_id}.")
+            return wait_from_row(row)
+
+    def withdraw(self, wait_id: int) -> Wait:
+        """Take a waiting request off the list (409 once it was booked or expired)."""
+        with self.store.unit_of_work() as work:
+            row = self._lock(work, wait_id)
+            if row is None:
+                raise NotFound(f"There is no wait with id {wait_id}.")
+            if row.state != WaitState.WAITING.value:
+                raise Conflict(f"This wait is {row.state} and can no longer be withdrawn.")
+            row.state = WaitState.WITHDRAWN.value
+            row.updated = self.store.stamp()
+            return wait_from_row(row)
+
+    def list(
+        self,
+        user: str | None = None,
+        state: WaitState | str | None = None,
+        changed_since: datetime | None = None,
+        limit: int | None = None,
+        after: tuple[datetime, int] | None = None,
+    ) -> list[Wait]:
+        """Waits by (start, id), optionally of one user, in one state, or still waiting or
+        changed since ``changed_since``; paged like ``BookingStore.list``."""
+        statement = page(select(WaitRow).order_by(WaitRow.start, WaitRow.id), WaitRow, limit,
+                         after)
+        if user is not None:
+            statement = statement.where(WaitRow.user == user)
+        if state is not None:
+            statement = statement.where(WaitRow.state == WaitState(state).value)
+        if changed_since is not None:
+            statement = statement.where(or_(WaitRow.state == WaitState.WAITING.value,
+                                            WaitRow.updated >= as_utc(changed_since)))
+        with self.store.read_transaction() as session:
+            return [wait_from_row(row) for row in session.scalars(statement)]
+
+    # -- serving -------------------------------------------------------------------------------
+
+    def expire(self, now: datetime | None = None) -> int:
+        """Mark the waits whose latest start is past expired; returns how many."""
+        store = self.store
+        now = as_utc(now) if now is not None else store.now()
+        # the slot starting at latest_start has ended (core.waitlist.expires_at)
+        cutoff = floor_to_grid(now, store.slot_minutes) - timedelta(minutes=store.slot_minutes)
+        with store.unit_of_work() as work:
+            result = work.session.execute(
+                update(WaitRow)
+                .where(WaitRow.state == WaitState.WAITING.value, WaitRow.latest_start <= cutoff)
+                .values(state=WaitState.EXPIRED.value, updated=store.stamp())
+            )
+            return result.rowcount or 0
+
+    def waiting(self, pools: Iterable[str] | None = None) -> list[Wait]:
+        """The waiting requests (of ``pools``; all when None), in the order they are served."""
+        statement = select(WaitRow).where(WaitRow.state == WaitState.WAITING.value)
+        if pools is not None:
+            statement = statement.where(WaitRow.pool.in_(sorted(set(pools))))
+        with self.store.read_transaction() as session:
+            return fair_order(wait_from_row(row) for row in session.scalars(statement))
+
+    def serve(self, pools: Iterable[str] | None = None,
+              now: datetime | None = None) -> list[tuple[Wait, Booking]]:
+        """Expire what is past, then try to book every waiting request of ``pools`` (all when
+        None) in fair order; returns the waits booked and their bookings."""
+        store = self.store
+        self.expire(now)
+        now = as_utc(now) if now is not None else store.now()
+        waiting = [w for w in self.waiting(pools) if w.pool in store.pools]  # others expire
+        snapshots = self._snapshots(waiting, now)
+        booked = []
+        for wait in waiting:
+            bookings, windows = snapshots[wait.pool]
+            if interval_to_try(wait, store.pools[wait.pool], bookings, windows, now,
+                               store.slot_minutes) is None:
+                # not even in an unlocked read: skip the locked try (capacity freed since
+                # is served by the next trigger)
+                continue
+            booking = self.try_to_book(wait, now)
+            if booking is not None:
+                bookings.append(booking)  # the snapshot stays a good guess for the waits behind
+                booked.append((wait.with_changes(state=WaitState.BOOKED,
+                                                 booking_id=booking.id), booking))
+        return booked
+
+    def _snapshots(self, waits: list[Wait], now: datetime) -> dict[str, tuple[list, list]]:
+        """Per pool, what holds capacity across every waiting window: one unlocked read each."""
+        current_slot = floor_to_grid(now, self.store.slot_minutes)
+        spans: dict[str, tuple[datetime, datetime]] = {}
+        for wait in waits:
+            low, high = spans.get(wait.pool, (as_utc(wait.start), as_utc(wait.window_end)))
+            spans[wait.pool] = (min(low, as_utc(wait.start)), max(high, as_utc(wait.window_end)))
+        return {pool: self.store.overlapping(pool, max(low, current_slot), high)
+                for pool, (low, high) in spans.items()}
+
+    def try_to_book(self, wait: Wait, now: datetime | None = None) -> Booking | None:
+        """Book ``wait`` in one transaction if it fits now and its user's rules allow it; None
+        (and nothing changed) otherwise."""
+        store = self.store
+        now = as_utc(now) if now is not None else store.now()
+        pool = store.pools[wait.pool]
+        try:
+            with store.unit_of_work(store.pools_for_rules(wait.pool, wait.groups, False)) as work:
+                row = self._lock(work, wait.id)
+                if row is None or row.state != WaitState.WAITING.value:
+                    return None  # served, withdrawn or expired meanwhile
+                current_slot = floor_to_grid(now, store.slot_minutes)
+                bookings, windows = work.overlapping(wait.pool, max(wait.start, current_slot),
+                                                     wait.window_end)
+                found = interval_to_try(wait, pool, bookings, windows, now, store.slot_minutes)
+                if found is None:
+                    return None
+                start, end = found
+                store.check_interval(start, end, now)
+                request = Booking(user=wait.user, pool=wait.pool, amount=wait.amount,
+                                  start=start, end=end, note=booked_note(wait),
+                                  groups=wait.groups)
+                booking = work.place(request, wait.groups, False, now, None)
+                work.record(booking, None, "waitlist_booked", wait=wait.id,
+                            joined=format_time(wait.created) if wait.created else None)
+                row.state = WaitState.BOOKED.value
+                row.booking_id = booking.id
+                row.updated = store.stamp()
+                return booking
+        except BookingError:
+            # the user's limits refuse it now (or capacity went meanwhile): it keeps waiting
+            return None
+
+    def _lock(self, work: UnitOfWork, wait_id: int | None) -> WaitRow | None:
+        statement = select(WaitRow).where(WaitRow.id == wait_id).with_for_update()
+        return work.session.execute(
+            statement, execution_options={"populate_existing": True}
+        ).scalar_one_or_none()
+

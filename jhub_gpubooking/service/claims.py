@@ -1,0 +1,137 @@
+"""The spawn gate in one round trip: claim a user's booking in a pool for a Hub server.
+
+``POST api/pools/{pool}/claim`` (``PoolClaimHandler`` in :mod:`.api`) calls
+:func:`claim_in_pool`, which does here what the spawner used to do over three requests: read the
+user's active bookings, pick the candidates by the one rule of :mod:`..core.choice` (the user's
+choice, else the booking this server holds, then unused ones running longest, then the largest),
+fall back to an opportunistic grant when there is none, and claim the first one that is free.
+
+The Hub is asked whether a holder still runs only when a candidate has a holder other than this
+server (:func:`holder_check`): the common start — a booking nobody holds, or the one this server
+already holds — costs one read and one write transaction and no Hub round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from tornado import web
+
+from ..admission.review import holder_pod
+from ..core.choice import claim_order, current_bookings
+from ..core.errors import BookingError, Conflict
+from ..core.lifecycle import ServerUse, server_use
+from ..core.model import Booking, Pool
+from ..core.wire import booking_to_json
+
+#: How long a claim may wait for the Hub to say whether another server still runs.
+HUB_CHECK_TIMEOUT_SECONDS = 10
+
+#: Why a pool claim was refused, for the spawner to pick its sentence (``reason`` in the answer).
+NOT_BOOKED = "not_booked"  # no active booking, and no opportunistic grant for this user
+NONE_FREE = "none_free"  # no active booking, and nothing free for an opportunistic grant
+IN_USE = "in_use"  # every active booking is held by another server that runs (or may run)
+POOL_UNKNOWN = "pool_unknown"
+
+
+class PoolClaimRefused(Exception):
+    """A refused pool claim: HTTP ``status``, ``reason`` (one of the constants above), the
+    service's sentence, and for :data:`IN_USE` the server that holds the booking."""
+
+    def __init__(self, status: int, reason: str, message: str, holder: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.holder = holder
+
+
+async def holder_in_use(service: Any, booking: Booking, holder: str) -> bool | None:
+    """Whether ``holder`` still uses ``booking``: True while its Hub server runs (or starts) on
+    it, False once the Hub shows it stopped or running without it, None when the Hub cannot say
+    (then the claim is refused: missing means unknown). A webhook ``pod:`` holder is the
+    webhook's to release, so it counts as in use."""
+    if holder_pod(holder):
+        return True
+    servers = await service.lifecycle.hub_user_servers(booking.user)
+    use = server_use(servers, holder, booking.id)
+    return {ServerUse.ON_BOOKING: True, ServerUse.STARTING_ON_BOOKING: True,
+            ServerUse.BUSY: True, ServerUse.NOT_ON_BOOKING: False}.get(use)
+
+
+def holder_check(
+    service: Any, booking: Booking, loop: asyncio.AbstractEventLoop
+) -> Callable[[str], bool | None]:
+    """``is_running`` for :meth:`BookingStore.claim`, which calls it in an executor thread (and
+    only when another server holds the booking): it hops onto the event loop for the Hub."""
+
+    def is_running(other_server: str) -> bool | None:
+        check = holder_in_use(service, booking, other_server)
+        return asyncio.run_coroutine_threadsafe(check, loop).result(
+            timeout=HUB_CHECK_TIMEOUT_SECONDS
+        )
+
+    return is_running
+
+
+async def claim_in_pool(
+    service: Any,
+    user: str,
+    pool: Pool,
+    server: str,
+    chosen: int | None = None,
+    actor: str | None = None,
+) -> Booking:
+    """Claim ``user``'s booking in ``pool`` for ``server`` (the Hub server name), or raise
+    :class:`PoolClaimRefused`. ``chosen`` is the booking the user picked in the chooser; when
+    it is not active in the pool the default order applies, as for a start without a choice."""
+    loop = asyncio.get_running_loop()
+
+    def in_executor(function: Callable, *args: Any, **kwargs: Any) -> asyncio.Future:
+        return loop.run_in_executor(service.executor, partial(function, *args, **kwargs))
+
+    now = service.clock.now()
+    active = [b for b in await in_executor(service.store.active_for_user, user)
+              if b.pool == pool.name]
+    by_id = {booking.id: booking for booking in active}
+    wire = [booking_to_json(booking, pool, now) for booking in active]
+    candidates = [by_id[b["id"]] for b in claim_order(current_bookings(wire, pool.name, now),
+                                                        server, chosen)]
+    if not candidates:
+        candidates = [await _opportunistic_grant(service, user, pool, actor)]
+    first_conflict: tuple[Booking, Conflict] | None = None
+    for booking in candidates:
+        try:
+            return await in_executor(
+                service.store.claim, booking.id, server,
+                is_running=holder_check(service, booking, loop),
+            )
+        except Conflict as conflict:
+            # held by a running server, or ended since the read: the next candidate may be free
+            first_conflict = first_conflict or (booking, conflict)
+    booking, conflict = first_conflict
+    raise PoolClaimRefused(409, IN_USE, conflict.message, holder=booking.server)
+
+
+async def _opportunistic_grant(service: Any, user: str, pool: Pool, actor: str | None) -> Booking:
+    """Without an active booking, a grant on GPUs nobody booked, when the service allows it."""
+    opportunistic = service.opportunistic
+    not_booked = f"{user} has no active booking in the GPU pool {pool.name} right now."
+    if not opportunistic.opportunistic_enabled:
+        raise PoolClaimRefused(403, NOT_BOOKED, not_booked)
+    try:
+        groups = await service.hub_user_groups(user)
+    except web.HTTPError:
+        # without the user's groups no grant can be checked: the user simply has no booking
+        raise PoolClaimRefused(403, NOT_BOOKED, not_booked) from None
+    try:
+        return await opportunistic.grant(user, pool.name, groups=groups, actor=actor)
+    except BookingError as refused:
+        if refused.status == 409:
+            raise PoolClaimRefused(409, NONE_FREE, refused.message) from None
+        if refused.status == 403:
+            raise PoolClaimRefused(403, NOT_BOOKED, refused.message) from None
+        raise

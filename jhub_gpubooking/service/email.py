@@ -1,0 +1,101 @@
+"""End-of-booking e-mails (``c.EmailWarnings``): the lifecycle's warning, sent over SMTP."""
+
+from __future__ import annotations
+
+import asyncio
+import smtplib
+from email.message import EmailMessage
+
+from traitlets import Any, Bool, Integer, Unicode
+from traitlets.config import LoggingConfigurable
+
+from ..core.model import Booking, format_amount
+from ..core.waitlist import Wait
+
+#: How long one SMTP conversation may take before the warning is given up (logged).
+SMTP_TIMEOUT_SECONDS = 20
+
+
+def warning_text(booking: Booking, page_url: str) -> str:
+    """The body of the end-of-booking e-mail."""
+    end = f"{booking.end:%Y-%m-%d %H:%M} UTC"
+    return (
+        f"Your GPU booking #{booking.id} ({booking.amount} GPU in pool {booking.pool}) ends at "
+        f"{end}. Save your work: the server using it will be stopped then.\n\n"
+        f"If the GPUs are still free you can extend the booking on {page_url}\n"
+    )
+
+
+def wait_booked_text(booking: Booking, wait: Wait, page_url: str) -> str:
+    """The body of the e-mail telling a user their wait was booked."""
+    end_format = "%H:%M" if booking.end.date() == booking.start.date() else "%Y-%m-%d %H:%M"
+    return (
+        f"Your request #{wait.id} on the waitlist was booked: booking #{booking.id}, "
+        f"{format_amount(booking.amount)} GPU in pool {booking.pool}, "
+        f"{booking.start:%Y-%m-%d %H:%M} to {booking.end.strftime(end_format)} UTC.\n\n"
+        f"It is in My bookings on {page_url} and in your calendar feed; cancel it there if "
+        "you no longer need it, so the next request on the waitlist gets it.\n"
+    )
+
+
+class EmailWarnings(LoggingConfigurable):
+    """Sends each user the warning before their booking ends (off until smtp_host and
+    email_address_template are set)."""
+
+    smtp_host = Unicode(
+        "", help="SMTP server for end-of-booking e-mails; empty sends no e-mail."
+    ).tag(config=True)
+    smtp_port = Integer(25, help="Port of the SMTP server (587 with STARTTLS, usually).").tag(
+        config=True
+    )
+    smtp_starttls = Bool(False, help="Upgrade the SMTP connection with STARTTLS.").tag(config=True)
+    smtp_username = Unicode("", help="SMTP login name (empty: no login).").tag(config=True)
+    smtp_password = Unicode("", help="SMTP password for smtp_username.").tag(config=True)
+    smtp_from = Unicode(
+        "gpu-booking@localhost", help="Sender address of the e-mails the service sends."
+    ).tag(config=True)
+    email_address_template = Unicode(
+        "",
+        help="E-mail address of a Hub user, with {user} replaced by the user name, e.g. "
+        "'{user}@example.org'. Empty sends no e-mail.",
+    ).tag(config=True)
+
+    page_url = Unicode(help="URL of the reservation page named in the e-mail.")
+    executor = Any(help="Executor the blocking SMTP conversation runs in.")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.smtp_host and self.email_address_template)
+
+    async def send_warning(self, booking: Booking) -> None:
+        await self._send_about(booking, f"Your GPU booking ends at {booking.end:%H:%M} UTC",
+                               warning_text(booking, self.page_url))
+
+    async def send_wait_booked(self, booking: Booking, wait: Wait) -> None:
+        """Tell the user a request of theirs on the waitlist was booked."""
+        await self._send_about(booking, f"Your wait was booked: GPUs from "
+                               f"{booking.start:%Y-%m-%d %H:%M} UTC",
+                               wait_booked_text(booking, wait, self.page_url))
+
+    async def _send_about(self, booking: Booking, subject: str, text: str) -> None:
+        if not self.enabled:
+            return
+        message = EmailMessage()
+        message["From"] = self.smtp_from
+        message["To"] = self.email_address_template.format(user=booking.user)
+        message["Subject"] = subject
+        message.set_content(text)
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.executor, self._send, message)
+        except (OSError, smtplib.SMTPException) as error:
+            self.log.warning(
+                "Could not e-mail %s about booking %s: %s", booking.user, booking.id, error
+            )
+
+    def _send(self, message: EmailMessage) -> None:
+        with smtplib.SMTP(self.smtp_host, self.smtp_port, timeout=SMTP_TIMEOUT_SECONDS) as smtp:
+            if self.smtp_starttls:
+                smtp.starttls()
+            if self.smtp_username:
+                smtp.login(self.smtp_username, self.smtp_password)
+            smtp.send_message(message)

@@ -1,0 +1,82 @@
+"""What the service checks before it serves: the database (waited for while unavailable) and
+its own Hub scopes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from jupyterhub.utils import url_path_join
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+from ..db.session import display_url, normalize_url, unavailable_reason
+from ..hub_config import SERVICE_SCOPES
+
+#: Seconds between two attempts to open a database that is unavailable at start, and between
+#: two log lines about it.
+DATABASE_RETRY_SECONDS = 2.0
+DATABASE_WAIT_LOG_SECONDS = 30.0
+
+#: Tries (one second apart) to ask the Hub for the service's own scopes at start.
+HUB_SCOPE_CHECK_ATTEMPTS = 3
+
+T = TypeVar("T")
+
+
+def wait_for_database(open_store: Callable[[], T], db_url: str, log: logging.Logger) -> T:
+    """``open_store()``, retried while the database is unavailable (a hub pod restarting
+    during a database outage): the service then comes up with the database instead of
+    crash-looping; until then the Hub's spawner refuses GPU starts as for any outage.
+    PostgreSQL/MariaDB only."""
+    waited = 0.0
+    while True:
+        try:
+            return open_store()
+        except Exception as error:
+            # a SQLite file that cannot be opened is a wrong path or volume: say so at once
+            if unavailable_reason(error) is None or normalize_url(db_url).startswith("sqlite"):
+                raise
+            if waited % DATABASE_WAIT_LOG_SECONDS < DATABASE_RETRY_SECONDS:
+                log.warning(
+                    "Waiting for the booking database %s: %s",
+                    display_url(db_url),
+                    str(error).splitlines()[0],
+                )
+        time.sleep(DATABASE_RETRY_SECONDS)
+        waited += DATABASE_RETRY_SECONDS
+
+
+async def hub_scopes_suffice(hub_api_url: str, api_token: str, log: logging.Logger) -> bool:
+    """False, logged in one line, when the Hub refuses the service's token or its role lacks a
+    scope it needs (SERVICE_SCOPES): without read:servers and admin:server_state a running
+    server would look stopped or unknown. A Hub that does not answer is only warned about."""
+    url = url_path_join(hub_api_url, "user")
+    headers = {"Authorization": f"token {api_token}"}
+    for _attempt in range(HUB_SCOPE_CHECK_ATTEMPTS):
+        try:
+            response = await AsyncHTTPClient().fetch(url, headers=headers, request_timeout=5)
+            break
+        except HTTPClientError as error:
+            if error.code in (401, 403):
+                log.critical("The Hub refuses this service's API token: %s", error)
+                return False
+            reason = error
+        except OSError as error:
+            reason = error
+        await asyncio.sleep(1)
+    else:
+        log.warning("Could not check this service's Hub scopes: %s", reason)
+        return True
+    granted = set(json.loads(response.body).get("scopes") or ())
+    missing = [scope for scope in SERVICE_SCOPES if scope not in granted]
+    if missing:
+        log.critical(
+            "This service's Hub role lacks the scopes %s; grant them (see "
+            "jhub_gpubooking.configure or hub.loadRoles) and restart.", ", ".join(missing)
+        )
+        return False
+    return True

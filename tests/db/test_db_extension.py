@@ -1,0 +1,96 @@
+"""largest_extension answers what change_end would accept right now, by change_end's own rules."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from db_test_times import at
+
+from jhub_gpubooking.core.errors import BookingError, NotFound
+
+WEEK = timedelta(days=7)
+SLOT = timedelta(minutes=15)
+
+
+def change_end_refusal(store, booking_id, end, **rules) -> str | None:
+    """What change_end says to ``end`` (None: accepted), leaving the booking as it was."""
+    before = store.get(booking_id).end
+    try:
+        store.change_end(booking_id, end, actor="alice", **rules)
+    except BookingError as refused:
+        return refused.message
+    store.change_end(booking_id, before, actor="alice", is_admin=True)
+    return None
+
+
+def assert_agrees_with_change_end(store, booking_id, **rules):
+    """The answer is the latest end change_end accepts: it accepts max_end and refuses the next
+    slot with the very sentence given as the reason once the booking reaches max_end."""
+    booking, max_end, reason = store.largest_extension(booking_id, WEEK, **rules)
+    assert max_end is not None, reason
+    assert change_end_refusal(store, booking_id, max_end, **rules) is None
+    refusal = change_end_refusal(store, booking_id, max_end + SLOT, **rules)
+    assert refusal is not None
+    store.change_end(booking_id, max_end, actor="alice", **rules)
+    assert store.largest_extension(booking_id, WEEK, **rules)[1:] == (None, refusal)
+    return booking, max_end
+
+
+def test_the_next_booking_on_the_same_gpu_bounds_the_extension(store):
+    first = store.create("alice", "t4", 1, at(10), at(11))  # a whole T4: GPU 0
+    store.create("bob", "t4", 1, at(12, 30), at(13))  # best fit: GPU 0 again
+    booking, max_end = assert_agrees_with_change_end(store, first.id)
+    assert (booking.id, booking.end, max_end) == (first.id, at(11), at(12, 30))
+    _, none, reason = store.largest_extension(first.id, WEEK)
+    assert none is None
+    assert reason == (
+        "The GPU this booking holds on node-c is taken from 2030-01-07 12:30 UTC; the booking "
+        "can be extended to 2030-01-07 12:30 UTC at most."
+    )
+
+
+def test_the_policy_length_bounds_the_extension_and_admins_reach_the_horizon(make_store):
+    store = make_store(default_policy={"max_minutes": 120})
+    booking = store.create("alice", "a100", 1, at(10), at(11))
+    assert store.largest_extension(booking.id, WEEK)[1] == at(12)
+    assert store.largest_extension(booking.id, timedelta(hours=3), is_admin=True)[1] == at(14)
+    assert_agrees_with_change_end(store, booking.id)
+    assert store.largest_extension(booking.id, WEEK)[2] == (
+        "Bookings can be at most 2 hours long; this one is 2 hours 15 minutes."
+    )
+
+
+def test_a_group_policy_is_applied_for_members(make_store):
+    store = make_store(default_policy={"max_minutes": 60},
+                       group_policies={"long-jobs": {"max_minutes": 240}})
+    booking = store.create("alice", "a100", 1, at(10), at(11), groups=("long-jobs",))
+    assert store.largest_extension(booking.id, WEEK)[1:] == (
+        None, "Bookings can be at most 1 hour long; this one is 1 hour 15 minutes."
+    )
+    assert store.largest_extension(booking.id, WEEK, groups=("long-jobs",))[1] == at(14)
+
+
+def test_the_budget_bounds_the_extension(make_store):
+    store = make_store(default_policy={"budget_gpu_hours": 5})
+    store.create("alice", "a100", 2, at(14), at(15))  # 2 of 5 GPU-hours
+    booking = store.create("alice", "a100", 1, at(10), at(11))  # 3 of 5
+    _, max_end = assert_agrees_with_change_end(store, booking.id)
+    assert max_end == at(13)
+    assert "GPU-hours" in store.largest_extension(booking.id, WEEK)[2]
+
+
+def test_no_extension_of_a_cancelled_or_unknown_booking(store):
+    booking = store.create("alice", "a100", 1, at(11), at(12))
+    store.cancel(booking.id, actor="alice")
+    assert store.largest_extension(booking.id, WEEK)[1:] == (
+        None, "This booking is cancelled and can no longer be changed."
+    )
+    with pytest.raises(NotFound):
+        store.largest_extension(999, WEEK)
+
+
+def test_a_free_gpu_is_offered_up_to_the_horizon(store):
+    booking = store.create("alice", "a100", 1, at(10), at(11))
+    assert store.largest_extension(booking.id, timedelta(hours=5))[1] == at(16)
+    assert store.largest_extension(booking.id, timedelta(minutes=20))[1] == at(11, 15)

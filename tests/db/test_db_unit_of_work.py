@@ -1,0 +1,118 @@
+"""The store's public unit of work, on every backend: all or nothing, locks in name order."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from db_test_times import at
+from sqlalchemy import event, func, select
+
+from jhub_gpubooking.core.errors import NoCapacity, NotFound
+from jhub_gpubooking.core.model import Booking
+from jhub_gpubooking.db.models import BookingEventRow, BookingRow
+
+
+class Interrupted(Exception):
+    """Raised inside a unit of work to abandon it."""
+
+
+def request(user: str, pool: str, gpus: int | Fraction, start_hour: int, end_hour: int) -> Booking:
+    return Booking(user=user, pool=pool, amount=Fraction(gpus), start=at(start_hour),
+                   end=at(end_hour))
+
+
+def counts(store) -> tuple[int, int]:
+    with store.read_transaction() as session:
+        bookings = session.scalar(select(func.count()).select_from(BookingRow))
+        events = session.scalar(select(func.count()).select_from(BookingEventRow))
+    return bookings, events
+
+
+def test_placement_and_events_commit_together(store):
+    with store.unit_of_work(["t4"]) as work:
+        row = work.place(request("ada", "t4", 1, 11, 12), (), False, store.now(), "ada")
+        work.record(row, "admin", "note_checked", reason="audit")
+    booking = store.get(row.id)
+    assert (booking.user, booking.pool, booking.amount) == ("ada", "t4", Fraction(1))
+    assert [(e.kind, e.actor) for e in store.history(booking.id)] == [
+        ("created", "ada"), ("note_checked", "admin")
+    ]
+    assert store.history(booking.id)[1].detail == {"reason": "audit"}
+
+
+def test_an_exception_inside_rolls_back_placement_and_events(store):
+    before = counts(store)
+    with pytest.raises(Interrupted), store.unit_of_work(["t4"]) as work:
+        row = work.place(request("ada", "t4", 2, 11, 12), (), False, store.now(), "ada")
+        work.record(row, "ada", "claimed", server="ada/")
+        raise Interrupted
+    assert counts(store) == before
+    # the capacity it had taken is free: the whole pool can be booked for the same hour
+    assert store.create("bob", "t4", 2, at(11), at(12)).amount == Fraction(2)
+
+
+def test_a_refused_placement_inside_rolls_back_what_came_before(store):
+    before = counts(store)
+    with pytest.raises(NoCapacity), store.unit_of_work(["t4"]) as work:
+        work.place(request("ada", "t4", 1, 11, 12), (), False, store.now(), "ada")
+        work.place(request("bob", "t4", 2, 11, 12), (), False, store.now(), "bob")
+    assert counts(store) == before
+
+
+def test_placements_see_the_unit_of_works_own_earlier_ones(store):
+    with store.unit_of_work(["t4"]) as work:
+        first = work.place(request("ada", "t4", 1, 11, 12), (), False, store.now(), "ada")
+        second = work.place(request("bob", "t4", 1, 11, 12), (), False, store.now(), "bob")
+        bookings, windows = work.overlapping("t4", at(11), at(12))
+        assert sorted(b.id for b in bookings) == sorted([first.id, second.id])
+        assert windows == []
+        with pytest.raises(NoCapacity):
+            work.place(request("cy", "t4", Fraction(1, 4), 11, 12), (), False, store.now(), "cy")
+    assert {first.placement.gpus[0], second.placement.gpus[0]} == {0, 1}
+
+
+def test_pools_are_locked_in_name_order(store, engine):
+    locked = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if "FROM pools" in statement:
+            locked.append(parameters)
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        with store.unit_of_work(["t4", "a100", "t4"]) as work:
+            assert work.locked_pools == ("a100", "t4")
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    if engine.dialect.name == "sqlite":
+        # no row locks: BEGIN IMMEDIATE holds the database, and synced pools' rows exist
+        assert locked == []
+        return
+    # one lock statement per pool, in the order the names sort in (not the order asked)
+    assert len(locked) == 2
+    assert "a100" in str(locked[0]) and "t4" in str(locked[1])
+
+
+def test_a_pool_sorting_before_a_held_one_is_refused_before_it_waits(store):
+    booking = store.create("ada", "t4", 1, at(11), at(12))
+    with store.unit_of_work(["t4"]) as work:
+        with pytest.raises(RuntimeError, match="out of name order"):
+            work.lock_pools(["a100"])
+        work.lock_pools(["t4"])  # held already: nothing to take
+        assert work.lock_booking(booking.id).id == booking.id
+        assert work.locked_pools == ("t4",)
+
+
+def test_lock_booking_locks_the_bookings_pool_first(store):
+    booking = store.create("ada", "t4", 1, at(11), at(12))
+    with store.unit_of_work() as work:
+        row = work.lock_booking(booking.id)
+        assert (row.id, work.locked_pools) == (booking.id, ("t4",))
+        with pytest.raises(NotFound):
+            work.lock_booking(booking.id + 1000)
+
+
+def test_an_unknown_pool_is_not_found(store):
+    with pytest.raises(NotFound, match="no GPU pool named 'h100'"), store.unit_of_work(["h100"]):
+        pass

@@ -1,0 +1,541 @@
+"""The lifecycle soak: a seeded random walk of user and admin actions on the demo (real
+JupyterHub, configurable-http-proxy, booking service, GPUBookingSpawner and the simulated
+cluster running real jupyterhub-singleuser processes), with every invariant of
+:mod:`soak_invariants` checked after every step.
+
+Actions: book, extend, shorten, end now, cancel; start and stop default and named servers on
+CPU and GPU profiles; pods made outside the Hub in gated namespaces (the service's admission
+webhook), mostly on bookings their namespace's owner made for them, so that admissions, the
+one-pod-per-booking refusal and the release at the pod's end all happen; restarts of the
+booking service and of the Hub in the middle of the walk; pauses, so bookings start and end on
+the one-minute grid of the fast lifecycle clock.
+
+The seed fixes every choice the walk makes from what it sees; the live stack's timing still
+varies from run to run. Run it longer than CI does with::
+
+    SOAK_SEED=7 SOAK_ACTIONS=5000 ./scripts/test --deps pins -q tests/e2e/test_lifecycle_soak.py -s
+
+or without pytest: ``python tests/e2e/soak.py --seed 7 --actions 5000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
+from pathlib import Path
+
+import httpx
+
+from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid, format_time, parse_time
+from jhub_gpubooking.core.wire import placement_from_json, pool_from_json
+from jhub_gpubooking.gpu import gpu_request
+
+# run as a script, too: the harness modules live next to this file and in tests/
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from e2e_harness import Driver, running_demo  # noqa: E402
+from soak_invariants import (  # noqa: E402
+    Extension,
+    InvariantChecker,
+    Snapshot,
+    WalkFacts,
+    pod_booking_id,
+    pod_name,
+)
+
+USERS = ("u0", "u1", "u2", "u3", "u4")
+#: gated namespace -> its owner: pods made there outside the Hub need the owner's booking
+GATED = {"jobs-u0": "u0", "jobs-u1": "u1"}
+SERVER_NAMES = ("", "gpu")
+PROFILES = ("cpu", "a100", "a100", "l4")
+AMOUNTS = {"a100": (0.25, 0.25, 0.5, 1, 2), "l4": (1, 1, 2)}
+#: relative weights of the actions the walk picks from (restarts come at seeded steps)
+WEIGHTS = {
+    "book": 14, "book for pod": 5, "extend": 8, "shorten": 5, "end now": 5, "cancel": 4,
+    "start server": 12, "stop server": 7, "create pod": 7, "delete pod": 4, "pause": 9,
+}
+#: real single-user servers cost CPU: beyond this many the walk stops one instead
+MAX_SERVERS = 6
+MAX_OUTSIDE_PODS = 4
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(3600)"]
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def refusal_kind(message: str) -> str:
+    """The webhook's rule behind a refusal, from its sentence (admission/review.py)."""
+    if "one booking admits one pod at a time" in message:
+        return "booking in use"
+    if "has none now" in message:
+        return "no booking"
+    return "not covered"
+
+
+class SoakFailure(AssertionError):
+    """An invariant broke, or the product answered what no user should ever see (a 5xx)."""
+
+
+@dataclass
+class SoakResult:
+    seed: int
+    actions: Counter = field(default_factory=Counter)  # by action type
+    outcomes: Counter = field(default_factory=Counter)  # by (action type, outcome)
+    checks: Counter = field(default_factory=Counter)  # by invariant
+    seconds_by_action: Counter = field(default_factory=Counter)  # by action type
+    seconds_by_read: Counter = field(default_factory=Counter)  # snapshot reads, by API path
+    webhook: Counter = field(default_factory=Counter)  # what became of pods made outside the Hub
+    steps: int = 0
+    seconds: float = 0.0
+    check_seconds: float = 0.0
+
+    def table(self) -> str:
+        lines = [f"lifecycle soak, seed {self.seed}: {self.steps} actions, "
+                 f"{sum(self.checks.values())} invariant checks in {self.seconds:.0f} s", "",
+                 f"{'action':<16}{'runs':>6}{'seconds':>9}  outcomes"]
+        for action, runs in sorted(self.actions.items()):
+            outcomes = ", ".join(f"{outcome} {count}" for (kind, outcome), count
+                                 in sorted(self.outcomes.items()) if kind == action)
+            seconds = self.seconds_by_action[action]
+            lines.append(f"{action:<16}{runs:>6}{seconds:>9.1f}  {outcomes}")
+        lines += ["", f"{'invariant':<44}{'checks':>8}  ({self.check_seconds:.0f} s checking)"]
+        lines += [f"{name:<44}{count:>8}" for name, count in sorted(self.checks.items())]
+        lines += ["", "snapshot reads (seconds, in parallel threads): " + ", ".join(
+            f"{path} {seconds:.1f}" for path, seconds in sorted(self.seconds_by_read.items()))]
+        lines += ["webhook pods outside the Hub: " + (", ".join(
+            f"{what} {count}" for what, count in sorted(self.webhook.items())) or "none")]
+        return "\n".join(lines)
+
+
+class Walk:
+    """One seeded walk on a running demo; :meth:`run` returns what it did and checked."""
+
+    def __init__(self, driver: Driver, seed: int, actions: int, log: Callable[[str], None]):
+        self.driver = driver
+        self.demo = driver.demo
+        self.rng = random.Random(seed)
+        self.total = actions
+        self.log = log
+        self.result = SoakResult(seed=seed)
+        self.facts = WalkFacts()
+        # no grace in the soak's config; a stop takes a tick, the Hub's stop and the pod's end,
+        # which on a machine busy with other work can take tens of seconds (a pod the service
+        # fails to stop runs on for minutes, far beyond this)
+        self.checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=45))
+        self.started = now()
+        self.snapshot: Snapshot | None = None
+        self.pools: dict[str, dict] = {}
+        self.pod_counter = 0
+        #: reads the Hub and the cluster while the walk's thread reads the service
+        self.reader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-snapshot")
+        #: pods the walk deleted while they held a booking: (booking id, holder) -> deleted at
+        self.deleted_holders: dict[tuple[int, str], datetime] = {}
+        self.deleted_pods: set[str] = set()  # "namespace/name" of pods the walk deleted
+        span = range(actions // 5, max(actions * 4 // 5, actions // 5 + 1))
+        self.restarts = {step: "restart service"
+                         for step in self.rng.sample(span, max(1, actions // 400))}
+        for step in self.rng.sample([s for s in span if s not in self.restarts],
+                                    max(1, actions // 500)):
+            self.restarts[step] = "restart hub"
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> SoakResult:
+        try:
+            return self._run()
+        finally:
+            self.reader.shutdown(wait=True)
+
+    def _run(self) -> SoakResult:
+        begin = time.monotonic()
+        for user in USERS:
+            self.driver.ensure_user(user)
+        self.check()
+        for step in range(self.total):
+            kind = self.restarts.get(step) or self.pick()
+            acting = time.monotonic()
+            outcome = self.act(kind)
+            checking = time.monotonic()
+            self.result.seconds_by_action[kind] += checking - acting
+            self.result.actions[kind] += 1
+            self.result.outcomes[(kind, outcome)] += 1
+            self.result.steps += 1
+            self.check(f"step {step} ({kind}: {outcome})")
+            self.result.check_seconds += time.monotonic() - checking
+            if (step + 1) % 50 == 0:
+                self.log(f"{step + 1} actions after {time.monotonic() - begin:.0f} s")
+        self.result.checks = self.checker.checks
+        self.result.seconds = time.monotonic() - begin
+        return self.result
+
+    def pick(self) -> str:
+        kinds = list(WEIGHTS)
+        return self.rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
+
+    def act(self, kind: str) -> str:
+        method = getattr(self, "do_" + kind.replace(" ", "_"))
+        return method()
+
+    def check(self, after: str = "the start") -> None:
+        before, self.snapshot = self.snapshot, self.take_snapshot()
+        violations = self.checker.check(self.snapshot, self.facts)
+        self.count_webhook_outcomes(before)
+        if violations:
+            raise SoakFailure(f"after {after}:\n  " + "\n  ".join(violations))
+
+    # -- what the demo shows -------------------------------------------------------------------
+
+    def take_snapshot(self) -> Snapshot:
+        """One read of the Hub, the cluster and the service that every invariant shares.
+
+        The three answer from three processes: the Hub's servers and the cluster's pods are
+        read in threads while this one reads the service, so a step waits for the slowest of
+        them, not for their sum."""
+        if not self.pools:
+            self.pools = {pool["name"]: pool for pool in self.get(self.driver.booking, "pools")}
+        # users with a server pending or running: the others have nothing to show
+        users = self.reader.submit(self.get, self.driver.hub, "users", params={"state": "active"})
+        pods = self.reader.submit(self.timed, "cluster pods", self.driver.cluster_pods)
+        period = (floor_to_grid(self.started, 1) - timedelta(minutes=1),
+                  ceil_to_grid(now(), 1) + timedelta(hours=2))
+        # bookings and report must show one moment: a start may create an opportunistic grant,
+        # the lifecycle tick may release or preempt one, while they are read
+        bookings = self.all_bookings()
+        for _attempt in range(5):
+            report = self.get(self.driver.booking, "admin/report", params={
+                "start": format_time(period[0]), "end": format_time(period[1]), "by": "pool"})
+            before, bookings = bookings, self.all_bookings()
+            if bookings == before:
+                break
+        servers = {}
+        for user in users.result():
+            for name, model in (user.get("servers") or {}).items():
+                servers[(user["name"], name)] = model
+        return Snapshot(now=now(), bookings=bookings, servers=servers, pods=pods.result(),
+                        report=report, report_period=period, pools=self.pools)
+
+    def timed(self, what: str, read: Callable[[], object]):
+        began = time.monotonic()
+        try:
+            return read()
+        finally:
+            self.result.seconds_by_read[what] += time.monotonic() - began
+
+    def all_bookings(self) -> dict[int, dict]:
+        found, cursor = {}, None
+        while True:
+            page = self.get(self.driver.booking, "bookings",
+                            params={"limit": 500, **({"cursor": cursor} if cursor else {})})
+            found.update({booking["id"]: booking for booking in page["bookings"]})
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return found
+
+    def get(self, client: httpx.Client, path: str, **kwargs):
+        response = self.timed(path, lambda: client.get(path, **kwargs))
+        if response.status_code != 200:
+            raise SoakFailure(f"GET {path}: {response.status_code} {response.text[:300]}")
+        return response.json()
+
+    def answered(self, response: httpx.Response, outcomes: dict[int, str]) -> str:
+        """The outcome named for the answer's status; anything else (a 5xx above all) fails."""
+        if response.status_code not in outcomes:
+            raise SoakFailure(f"{response.request.method} {response.request.url}: "
+                              f"{response.status_code} {response.text[:300]}")
+        return outcomes[response.status_code]
+
+    def bookings_in(self, *states: str) -> list[dict]:
+        return [b for _id, b in sorted(self.snapshot.bookings.items()) if b["state"] in states]
+
+    # -- bookings --------------------------------------------------------------------------------
+
+    def do_book(self) -> str:
+        pool = self.rng.choice(("a100", "a100", "l4"))
+        start = floor_to_grid(now(), 1)
+        if self.rng.random() < 0.25:
+            start += timedelta(minutes=self.rng.randint(1, 3))
+        end = start + timedelta(minutes=self.rng.randint(1, 4))
+        response = self.driver.booking.post("bookings", json={
+            "user": self.rng.choice(USERS), "pool": pool,
+            "gpus": self.rng.choice(AMOUNTS[pool]),
+            "start": format_time(start), "end": format_time(end)})
+        return self.answered(response, {201: "booked", 409: "full", 403: "over a limit",
+                                        400: "start passed"})
+
+    def do_extend(self) -> str:
+        candidates = self.bookings_in("active", "upcoming")
+        running = sorted((b for b in candidates if self.hub_server_on(b["id"]) is not None),
+                         key=lambda b: (b["end"], b["id"]))
+        if running and self.rng.random() < 0.6:
+            # the case that matters most: a server outlives the old end; the sooner that end,
+            # the sooner the checker can tell (the walk is short)
+            candidates = running[:2]
+        if not candidates:
+            return "nothing to extend"
+        booking = self.rng.choice(candidates)
+        old_end = parse_time(booking["end"])
+        new_end = old_end + timedelta(minutes=self.rng.randint(1, 3))
+        made = now()
+        response = self.driver.booking.patch(f"bookings/{booking['id']}",
+                                             json={"end": format_time(new_end)})
+        outcome = self.answered(response, {200: "extended", 409: "full", 403: "over a limit",
+                                           400: "ended meanwhile"})
+        server = self.hub_server_on(booking["id"])
+        if outcome == "extended" and server is not None:
+            self.facts.extensions.append(Extension(booking["id"], server, old_end, made))
+            outcome = "extended a running server"
+        return outcome
+
+    def hub_server_on(self, booking_id: int) -> tuple[str, str] | None:
+        for key, pod in self.snapshot.hub_pods().items():
+            if pod_booking_id(pod) == booking_id and self.snapshot.servers.get(key, {}).get("ready"):
+                return key
+        return None
+
+    def watched(self) -> tuple[set[int], set[tuple[str, str]]]:
+        """Bookings and servers of extensions not checked yet: the walk leaves them alone
+        until the old end has passed, or the check would rarely get to run."""
+        pending = [extension for extension in self.facts.extensions if not extension.checked]
+        return {e.booking_id for e in pending}, {e.server for e in pending}
+
+    def do_shorten(self) -> str:
+        moment = now()
+        candidates = []
+        for booking in self.changeable("active", "upcoming"):
+            earliest = max(parse_time(booking["start"]), moment) + timedelta(seconds=1)
+            new_end = ceil_to_grid(earliest, 1)
+            if new_end < parse_time(booking["end"]):
+                candidates.append((booking, new_end))
+        if not candidates:
+            return "nothing to shorten"
+        booking, new_end = self.rng.choice(candidates)
+        response = self.driver.booking.patch(f"bookings/{booking['id']}",
+                                             json={"end": format_time(new_end)})
+        return self.answered(response, {200: "shortened", 400: "ended meanwhile",
+                                        409: "ended meanwhile"})
+
+    def do_end_now(self) -> str:
+        return self.delete_one(self.changeable("active"), "ended now")
+
+    def changeable(self, *states: str) -> list[dict]:
+        watched, _servers = self.watched()
+        return [b for b in self.bookings_in(*states) if b["id"] not in watched]
+
+    def do_cancel(self) -> str:
+        return self.delete_one(self.bookings_in("upcoming"), "cancelled")
+
+    def delete_one(self, candidates: list[dict], done: str) -> str:
+        if not candidates:
+            return "none to " + done.split()[0]
+        booking = self.rng.choice(candidates)
+        response = self.driver.booking.delete(f"bookings/{booking['id']}")
+        return self.answered(response, {200: done, 409: "ended meanwhile"})
+
+    # -- Hub servers -----------------------------------------------------------------------------
+
+    def do_start_server(self) -> str:
+        free = [(user, name) for user in USERS for name in SERVER_NAMES
+                if (user, name) not in self.snapshot.servers]
+        if len(self.snapshot.servers) >= MAX_SERVERS or not free:
+            return self.do_stop_server()
+        user, name = self.rng.choice(free)
+        profile = self.rng.choice(PROFILES)
+        unused = [b for b in self.bookings_in("active") if b["server"] is None
+                  and any(key[0] == b["user"] for key in free)]
+        if unused and self.rng.random() < 0.6:
+            # mostly a user with a booking nobody uses yet starts on it (else: a refusal, or
+            # an opportunistic grant on a free GPU)
+            booking = self.rng.choice(unused)
+            user, profile = booking["user"], booking["pool"]
+            name = self.rng.choice([key[1] for key in free if key[0] == user])
+        response = self.driver.start_server(user, profile, name)
+        outcome = self.answered(response, {201: "started", 202: "requested",
+                                           400: "still stopping"})
+        return f"{outcome} ({'gpu' if profile != 'cpu' else 'cpu'})"
+
+    def do_stop_server(self) -> str:
+        _bookings, watched = self.watched()
+        running = sorted(key for key, model in self.snapshot.servers.items()
+                         if model.get("ready") and key not in watched)
+        if not running:
+            return "none running"
+        user, name = self.rng.choice(running)
+        self.facts.user_stops[(user, name)] = now()
+        path = f"users/{user}/servers/{name}" if name else f"users/{user}/server"
+        response = self.driver.hub.delete(path)
+        return self.answered(response, {202: "stopping", 204: "stopped", 400: "not running"})
+
+    # -- pods made outside the Hub ----------------------------------------------------------------
+
+    def outside_pods(self) -> list[dict]:
+        return [pod for pod in self.snapshot.live_pods()
+                if pod["metadata"].get("namespace") in GATED]
+
+    def do_book_for_pod(self) -> str:
+        """A gated namespace's owner books now for a job of its own: the next "create pod" there
+        is admitted on it (a booking nobody uses is released as a no-show within a minute)."""
+        pool = self.rng.choice(("a100", "l4"))
+        start = floor_to_grid(now(), 1)
+        response = self.driver.booking.post("bookings", json={
+            "user": self.rng.choice(sorted(GATED.values())), "pool": pool,
+            "gpus": self.rng.choice(AMOUNTS[pool]), "start": format_time(start),
+            "end": format_time(start + timedelta(minutes=self.rng.randint(1, 3)))})
+        return self.answered(response, {201: "booked", 409: "full", 403: "over a limit",
+                                        400: "start passed"})
+
+    def do_create_pod(self) -> str:
+        """Mostly a pod asking exactly what a free booking of its namespace's owner gives (the
+        webhook admits it and claims the booking); sometimes a second pod on a booking a pod
+        holds (refused: one pod per booking), or one in a namespace with nothing booked."""
+        if len(self.outside_pods()) >= MAX_OUTSIDE_PODS:
+            return self.do_delete_pod()
+        owned = {namespace: [b for b in self.bookings_in("active") if b["user"] == owner]
+                 for namespace, owner in sorted(GATED.items())}
+        free = [(ns, b) for ns, bookings in owned.items() for b in bookings if b["server"] is None]
+        held = [(ns, b) for ns, bookings in owned.items() for b in bookings
+                if (b["server"] or "").startswith(f"pod:{ns}/")]
+        roll = self.rng.random()
+        if free and roll < 0.65:
+            namespace, booking = self.rng.choice(free)
+        elif held and roll < 0.9:
+            namespace, booking = self.rng.choice(held)
+        else:
+            namespace, booking = self.rng.choice(sorted(GATED)), None
+        resources = ({"nvidia.com/gpu": "1"} if booking is None else {
+            name: str(count) for name, count in self.booking_resources(booking).items()})
+        self.pod_counter += 1
+        pod = {"metadata": {"name": f"train-{self.pod_counter}"},
+               "spec": {"restartPolicy": "Never", "containers": [{
+                   "name": "main", "image": "python:3.12", "command": SLEEPER,
+                   "resources": {"limits": resources}}]}}
+        response = self.driver.cluster.post(f"api/v1/namespaces/{namespace}/pods", json=pod)
+        # the webhook refuses with a sentence (403)
+        outcome = self.answered(response, {201: "admitted", 403: "refused"})
+        if outcome == "refused":
+            outcome = "refused: " + refusal_kind(response.text)
+        self.result.webhook[outcome] += 1
+        return outcome
+
+    def booking_resources(self, booking: dict) -> dict[str, int]:
+        """What a pod must ask for to run on ``booking``: the spawner's own translation."""
+        pool = pool_from_json(self.pools[booking["pool"]])
+        return gpu_request(pool, Fraction(str(booking["gpus"])),
+                           placement_from_json(booking["placement"])).resources
+
+    def do_delete_pod(self) -> str:
+        pods = self.outside_pods()
+        if not pods:
+            return "none to delete"
+        pod = self.rng.choice(sorted(pods, key=lambda p: p["metadata"]["name"]))
+        metadata = pod["metadata"]
+        response = self.driver.cluster.delete(
+            f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}")
+        outcome = self.answered(response, {200: "deleted", 404: "gone meanwhile"})
+        self.deleted_pods.add(pod_name(pod))
+        booking_id = pod_booking_id(pod)
+        if outcome == "deleted" and booking_id is not None:
+            holder = f"pod:{metadata['namespace']}/{metadata['name']}"
+            if self.snapshot.bookings.get(booking_id, {}).get("server") == holder:
+                self.deleted_holders[(booking_id, holder)] = now()
+                self.result.webhook["deleted while holding its booking"] += 1
+        return outcome
+
+    def count_webhook_outcomes(self, before: Snapshot | None) -> None:
+        """Claims of pods the walk deleted that the service has released since (the checker's
+        "pod claims end with their pod" fails one that outlives its pod too long), and
+        admitted pods the service deleted because their booking ended."""
+        for (booking_id, holder) in list(self.deleted_holders):
+            if self.snapshot.bookings.get(booking_id, {}).get("server") != holder:
+                del self.deleted_holders[(booking_id, holder)]
+                self.result.webhook["claim released at pod end"] += 1
+        if before is None:
+            return
+        live = {pod_name(pod) for pod in self.outside_pods()}
+        for pod in before.live_pods():
+            name = pod_name(pod)
+            if (pod["metadata"].get("namespace") in GATED and name not in live
+                    and name not in self.deleted_pods and pod_booking_id(pod) is not None):
+                self.result.webhook["deleted by the service at its booking's end"] += 1
+
+    # -- time and restarts -----------------------------------------------------------------------
+
+    def do_pause(self) -> str:
+        time.sleep(self.rng.uniform(0.1, 0.7))
+        return "paused"
+
+    def do_restart_service(self) -> str:
+        """SIGTERM the service; the Hub notices (its poll, up to 30 s) and starts it again."""
+        self.log(f"restarting the booking service at step {self.result.steps}")
+        down = now()
+        self.facts.outages.append((down, None))
+        old = self.driver.signal_service(signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if self.driver.service_pid() != old and self.driver.booking.get(
+                        "pools").status_code == 200:
+                    break
+            except (AssertionError, httpx.HTTPError):
+                pass  # not started again yet
+            time.sleep(0.5)
+        else:
+            raise SoakFailure("the Hub did not start the booking service again within 120 s")
+        self.facts.outages[-1] = (down, now())
+        return "restarted"
+
+    def do_restart_hub(self) -> str:
+        down = now()
+        self.facts.outages.append((down, None))
+        self.log(f"restarting the Hub at step {self.result.steps}")
+        self.demo.restart_hub()
+        self.facts.outages[-1] = (down, now())
+        # the old connections went to the Hub's old proxy
+        self.driver.close()
+        self.driver = Driver(self.demo)
+        return "restarted"
+
+
+def run_soak(state_dir: Path, seed: int, actions: int, log: Callable[[str], None] = print,
+             log_dir: Path | None = None) -> SoakResult:
+    """Start the demo with the soak's profile, walk, stop it; raises SoakFailure.
+
+    The demo's logs go to ``log_dir`` (default: ``state_dir/logs``)."""
+    with running_demo(state_dir, profile="soak", gated_namespaces=GATED,
+                      log_dir=log_dir or state_dir / "logs") as driver:
+        walk = Walk(driver, seed, actions, log)
+        try:
+            return walk.run()
+        finally:
+            walk.driver.close()  # after a Hub restart the walk drives with a new Driver
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--actions", type=int, default=500)
+    args = parser.parse_args(argv)
+    state = Path(tempfile.mkdtemp(prefix="gpubooking-soak-"))
+    try:
+        result = run_soak(state, args.seed, args.actions)
+    except SoakFailure as failure:
+        print(f"lifecycle soak seed {args.seed} FAILED {failure}\nlogs: {state / 'logs'}",
+              file=sys.stderr)
+        return 1
+    shutil.rmtree(state, ignore_errors=True)
+    print(result.table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

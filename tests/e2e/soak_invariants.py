@@ -1,0 +1,354 @@
+"""The invariants of the lifecycle soak, checked on one snapshot of the demo after every step.
+
+Pure: :class:`Snapshot` holds what the Hub API, the simulated cluster and the booking service
+answered; :class:`InvariantChecker` compares it with what the walk did (:class:`WalkFacts`) and
+with the last snapshot, counts every check it makes and returns the violations as sentences.
+
+The promise under test: the booked share, exactly while booked.
+
+- one booking, one running pod (Hub servers and pods made outside the Hub alike);
+- no GPU pod without an active booking, beyond the service's grace (plus the time the service or
+  the Hub was down, when nobody could stop it);
+- no server stopped unless its own booking ended (or its user stopped it);
+- an extended booking's server outlives the booking's old end;
+- no instant at which a GPU is booked beyond its capacity;
+- a booking the admission webhook claimed for a pod is released once the pod is gone;
+- the accounting adds up: booked = used + idle + released + no-show + scheduled.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fractions import Fraction
+
+from jhub_gpubooking.admission.claims import POD_CREATE_WINDOW
+from jhub_gpubooking.admission.review import holder_pod
+from jhub_gpubooking.admission.rules import is_gpu_resource
+from jhub_gpubooking.core.timegrid import parse_time
+from jhub_gpubooking.gpu import LABEL_PREFIX
+
+BOOKING_ID_KEY = LABEL_PREFIX + "booking-id"
+HUB_USER_KEY = "hub.jupyter.org/username"
+HUB_SERVER_KEY = "hub.jupyter.org/servername"
+#: The report rounds each bucket to 4 decimals: six buckets may differ by this much in all.
+HOURS_TOLERANCE = 0.0005
+BUCKETS = ("used", "idle", "released", "no_show", "scheduled")
+
+ServerKey = tuple[str, str]  # (user, server name; "" for the default server)
+
+
+@dataclass
+class Snapshot:
+    """What the demo answered at ``now`` (one step)."""
+
+    now: datetime
+    bookings: dict[int, dict]  # every booking, by id (the service's JSON)
+    servers: dict[ServerKey, dict]  # every server the Hub shows (its JSON model)
+    pods: list[dict]  # every pod of the cluster
+    report: dict  # the service's usage report by pool over ``report_period``
+    report_period: tuple[datetime, datetime]
+    pools: dict[str, dict]  # the service's pools, by name
+
+    def live_pods(self) -> list[dict]:
+        return [pod for pod in self.pods if pod_is_live(pod)]
+
+    def hub_pods(self) -> dict[ServerKey, dict]:
+        """Live pods of Hub servers, by the server they belong to."""
+        found = {}
+        for pod in self.live_pods():
+            annotations = pod["metadata"].get("annotations") or {}
+            if HUB_USER_KEY in annotations:
+                found[(annotations[HUB_USER_KEY], annotations.get(HUB_SERVER_KEY, ""))] = pod
+        return found
+
+
+@dataclass
+class Extension:
+    """The walk moved a booking's end later while a server ran on it."""
+
+    booking_id: int
+    server: ServerKey
+    old_end: datetime
+    made: datetime
+    checked: bool = False
+
+
+@dataclass
+class WalkFacts:
+    """What the walk did that the checker must know: whom it stopped, which extensions to
+    watch, and when the service or the Hub was down (nobody could stop a server then)."""
+
+    user_stops: dict[ServerKey, datetime] = field(default_factory=dict)
+    extensions: list[Extension] = field(default_factory=list)
+    outages: list[tuple[datetime, datetime | None]] = field(default_factory=list)
+
+    def outage_within(self, start: datetime, end: datetime) -> timedelta:
+        total = timedelta(0)
+        for down, up in self.outages:
+            overlap = min(up or end, end) - max(down, start)
+            total += max(overlap, timedelta(0))
+        return total
+
+
+def pod_is_live(pod: dict) -> bool:
+    """Pending or running, and not being deleted: a pod that holds (or will hold) its GPUs."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")
+
+
+def pod_booking_id(pod: dict) -> int | None:
+    metadata = pod["metadata"]
+    value = (metadata.get("annotations") or {}).get(BOOKING_ID_KEY) or (
+        metadata.get("labels") or {}
+    ).get(BOOKING_ID_KEY)
+    return int(value) if value else None
+
+
+def pod_wants_gpus(pod: dict) -> bool:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return any(
+        is_gpu_resource(name)
+        for container in containers
+        for kind in ("limits", "requests")
+        for name in ((container.get("resources") or {}).get(kind) or {})
+    )
+
+
+def pod_name(pod: dict) -> str:
+    return f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']}"
+
+
+def booking_over(booking: dict, now: datetime) -> datetime | None:
+    """When the booking stopped covering a server (None: it still does at ``now``)."""
+    if booking["state"] == "cancelled":
+        return parse_time(booking["updated"])
+    end = parse_time(booking["end"])
+    if booking.get("release_reason") == "preempted":
+        # a grant is cut back to where the preempting booking starts, which may have passed
+        # already: its server could not stop before the preemption itself
+        end = max(end, parse_time(booking["updated"]))
+    return end if booking["state"] == "ended" or end <= now else None
+
+
+def booked_hours(booking: dict, start: datetime, end: datetime) -> Fraction:
+    """GPU-hours the booking was booked for within [start, end): from its start to the end it
+    had before any early release (an end-now or a release counts the time given back)."""
+    if booking["state"] == "cancelled":
+        return Fraction(0)
+    booked_end = parse_time(booking["end"])
+    if booking.get("released_end"):
+        booked_end = max(booked_end, parse_time(booking["released_end"]))
+    low, high = max(parse_time(booking["start"]), start), min(booked_end, end)
+    if high <= low:
+        return Fraction(0)
+    seconds = Fraction((high - low) // timedelta(microseconds=1), 10**6)
+    return Fraction(str(booking["gpus"])) * seconds / 3600
+
+
+class InvariantChecker:
+    """Checks a snapshot; ``checks`` counts what was checked, per invariant."""
+
+    def __init__(self, grace: timedelta, slack: timedelta):
+        self.grace = grace
+        #: what stopping takes when nothing is down: the lifecycle tick, the Hub's stop, the
+        #: pod's deletion; the walk's own step and check come on top
+        self.slack = slack
+        self.checks: Counter[str] = Counter()
+        self._ready: dict[ServerKey, tuple[int | None, datetime]] = {}
+        self._podless_claims: dict[tuple[int, str], datetime] = {}
+
+    def check(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
+        return [
+            *self.one_pod_per_booking(snapshot),
+            *self.no_gpu_pod_without_booking(snapshot, facts),
+            *self.servers_stop_only_when_their_booking_ends(snapshot, facts),
+            *self.extended_servers_outlive_the_old_end(snapshot, facts),
+            *self.no_instant_overbooked(snapshot),
+            *self.pod_claims_end_with_their_pod(snapshot, facts),
+            *self.accounting_adds_up(snapshot),
+        ]
+
+    def one_pod_per_booking(self, snapshot: Snapshot) -> list[str]:
+        holders: dict[int, list[str]] = {}
+        for pod in snapshot.live_pods():
+            booking_id = pod_booking_id(pod)
+            if booking_id is not None:
+                holders.setdefault(booking_id, []).append(pod_name(pod))
+        self.checks["one pod per booking"] += len(holders)
+        return [
+            f"booking {booking_id} runs {len(pods)} pods at once: {', '.join(sorted(pods))}"
+            for booking_id, pods in holders.items()
+            if len(pods) > 1
+        ]
+
+    def no_gpu_pod_without_booking(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
+        # a start still pending at its booking's end gets no longer: the service interrupts it
+        violations = []
+        for pod in snapshot.live_pods():
+            if not pod_wants_gpus(pod):
+                continue
+            self.checks["no GPU pod without an active booking"] += 1
+            booking_id = pod_booking_id(pod)
+            booking = snapshot.bookings.get(booking_id) if booking_id is not None else None
+            if booking is None:
+                violations.append(f"GPU pod {pod_name(pod)} runs without a booking ({booking_id})")
+                continue
+            over = booking_over(booking, snapshot.now)
+            if over is None:
+                continue
+            allowed = self.grace + self.slack + facts.outage_within(over, snapshot.now)
+            if snapshot.now - over > allowed:
+                violations.append(
+                    f"GPU pod {pod_name(pod)} still runs {snapshot.now - over} after its booking "
+                    f"{booking_id} ended ({booking['state']}, allowed {allowed})"
+                )
+        return violations
+
+    def servers_stop_only_when_their_booking_ends(
+        self, snapshot: Snapshot, facts: WalkFacts
+    ) -> list[str]:
+        violations = []
+        pods = snapshot.hub_pods()
+        for key, (booking_id, since) in self._ready.items():
+            if key in snapshot.servers:
+                continue
+            self.checks["servers stop only when their booking ends"] += 1
+            stopped_by_user = facts.user_stops.get(key)
+            if stopped_by_user is not None and stopped_by_user >= since:
+                continue
+            booking = snapshot.bookings.get(booking_id) if booking_id is not None else None
+            if booking is not None and booking_over(booking, snapshot.now) is not None:
+                continue  # its own booking ended (end, end now, release)
+            if booking is not None and booking.get("release_reason") == "preempted":
+                continue  # an opportunistic grant yields at once to the booking that needs it
+            user, name = key
+            violations.append(
+                f"server {user}/{name} (booking {booking_id}) stopped while its booking "
+                f"{'was still active' if booking else 'does not exist'} and nobody stopped it"
+            )
+        # a server is watched from when it is ready until it is gone (stopping included)
+        watched = {}
+        for key, model in snapshot.servers.items():
+            if key not in self._ready and not model.get("ready"):
+                continue
+            known_id, since = self._ready.get(key, (None, snapshot.now))
+            pod = pods.get(key)
+            watched[key] = (pod_booking_id(pod) if pod else known_id, since)
+        self._ready = watched
+        return violations
+
+    def extended_servers_outlive_the_old_end(
+        self, snapshot: Snapshot, facts: WalkFacts
+    ) -> list[str]:
+        violations = []
+        for extension in facts.extensions:
+            if extension.checked or snapshot.now < extension.old_end + self.slack:
+                continue
+            extension.checked = True
+            booking = snapshot.bookings.get(extension.booking_id)
+            stopped = facts.user_stops.get(extension.server)
+            if booking is None or booking_over(booking, snapshot.now) is not None:
+                continue  # shortened or ended again since: invariant 3 covers its stop
+            if stopped is not None and stopped >= extension.made:
+                continue  # its user stopped it since
+            self.checks["extended servers outlive the old end"] += 1
+            if extension.server not in snapshot.servers:
+                user, name = extension.server
+                violations.append(
+                    f"server {user}/{name} stopped at the old end {extension.old_end} of its "
+                    f"extended booking {extension.booking_id} (now ends {booking['end']})"
+                )
+        return violations
+
+    def no_instant_overbooked(self, snapshot: Snapshot) -> list[str]:
+        events: dict[tuple[str, str, int], list[tuple[datetime, int]]] = {}
+        for booking in snapshot.bookings.values():
+            placement = booking.get("placement")
+            if booking["state"] == "cancelled" or not placement:
+                continue
+            # a booking made "now" starts at the slot's start, but holds its GPUs only from its
+            # creation: what an ended booking or a preempted grant gave back before is not
+            # taken twice
+            start = max(parse_time(booking["start"]), parse_time(booking["created"]))
+            end = parse_time(booking["end"])
+            if end <= start:
+                continue
+            for gpu in placement["gpus"]:
+                timeline = events.setdefault((booking["pool"], placement["node"], gpu), [])
+                timeline += [(start, placement["slices"], booking["id"]),
+                             (end, -placement["slices"], booking["id"])]
+        violations = []
+        for (pool, node, gpu), timeline in events.items():
+            self.checks["no instant overbooked"] += 1
+            capacity = snapshot.pools[pool]["slices_per_gpu"]
+            level, holding = 0, set()
+            # at equal times the ends come first: [start, end) intervals only touch
+            for when, change, booking_id in sorted(timeline, key=lambda event: event[:2]):
+                level += change
+                (holding.add if change > 0 else holding.discard)(booking_id)
+                if level > capacity:
+                    violations.append(
+                        f"GPU {gpu} of {node} (pool {pool}) is booked {level}/{capacity} "
+                        f"slices at {when} by bookings {sorted(holding)}"
+                    )
+                    break
+        return violations
+
+    def pod_claims_end_with_their_pod(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
+        """A webhook claim whose pod is gone (or ending) is released within the service's
+        window for a pod still being created (POD_CREATE_WINDOW) plus the slack."""
+        live = {pod_name(pod) for pod in snapshot.live_pods()}
+        podless = {}
+        violations = []
+        for booking in snapshot.bookings.values():
+            pod = holder_pod(booking.get("server"))
+            if pod is None:
+                continue
+            self.checks["pod claims end with their pod"] += 1
+            if "/".join(pod) in live:
+                continue
+            key = (booking["id"], booking["server"])
+            since = podless[key] = self._podless_claims.get(key, snapshot.now)
+            allowed = (POD_CREATE_WINDOW + self.slack
+                       + facts.outage_within(since, snapshot.now))
+            if snapshot.now - since > allowed:
+                violations.append(
+                    f"booking {booking['id']} is still claimed by pod {'/'.join(pod)} "
+                    f"{snapshot.now - since} after the pod was gone (allowed {allowed})"
+                )
+        self._podless_claims = podless
+        return violations
+
+    def accounting_adds_up(self, snapshot: Snapshot) -> list[str]:
+        report = snapshot.report
+        violations = []
+        for row in [*report["rows"], {"key": "total", **report["total"]}]:
+            self.checks["accounting identity"] += 1
+            parts = {bucket: row[f"{bucket}_gpu_hours"] for bucket in BUCKETS}
+            booked = row["booked_gpu_hours"]
+            if abs(booked - sum(parts.values())) > HOURS_TOLERANCE:
+                violations.append(f"accounting of {row['key']}: booked {booked} != {parts}")
+            negative = {name: value for name, value in parts.items() if value < -HOURS_TOLERANCE}
+            if negative:
+                violations.append(f"accounting of {row['key']}: negative {negative}")
+        # each pool's booked hours, from the bookings themselves
+        expected: dict[str, Fraction] = {}
+        for booking in snapshot.bookings.values():
+            hours = booked_hours(booking, *snapshot.report_period)
+            if hours:
+                expected[booking["pool"]] = expected.get(booking["pool"], Fraction(0)) + hours
+        reported = {row["key"]: row["booked_gpu_hours"] for row in report["rows"]}
+        for pool in sorted(set(expected) | set(reported)):
+            self.checks["accounting identity"] += 1
+            hours = float(expected.get(pool, 0))
+            if abs(hours - reported.get(pool, 0.0)) > HOURS_TOLERANCE:
+                mine = sorted((b["id"], b["start"], b["end"], b["released_end"], b["state"])
+                              for b in snapshot.bookings.values() if b["pool"] == pool)
+                violations.append(
+                    f"the report books {reported.get(pool, 0.0)} GPU-hours in pool {pool}, "
+                    f"its bookings {hours:.4f}: {mine}"
+                )
+        return violations

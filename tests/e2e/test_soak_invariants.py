@@ -1,0 +1,146 @@
+"""The soak's invariant checker on hand-made snapshots: each invariant catches its violation and
+stays quiet on the edge cases the live walk meets (a preempted grant, a booking made "now")."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from soak_invariants import Extension, InvariantChecker, Snapshot, WalkFacts, booked_hours
+
+from jhub_gpubooking.core.timegrid import format_time
+
+NOW = datetime(2030, 1, 7, 10, 30, 20, tzinfo=timezone.utc)
+POOLS = {"a100": {"name": "a100", "slices_per_gpu": 4}}
+
+
+def booking(id: int, start: int, end: int, *, slices: int = 2, gpu: int = 0, created=None,
+            state: str | None = None, user: str = "ada", **extra) -> dict:
+    """A booking JSON from minutes after 10:00 (``end`` may be fractional)."""
+    at = NOW.replace(minute=0, second=0)
+    start_at, end_at = at + timedelta(minutes=start), at + timedelta(minutes=end)
+    return {"id": id, "user": user, "pool": "a100", "gpus": slices / 4,
+            "start": format_time(start_at), "end": format_time(end_at),
+            "created": format_time(created or start_at), "updated": format_time(start_at),
+            "state": state or ("active" if start_at <= NOW < end_at else "ended"),
+            "placement": {"node": "n1", "gpus": [gpu], "slices": slices},
+            "released_end": None, "release_reason": None, **extra}
+
+
+def pod(name: str, booking_id: int | None, user: str | None = None, gpu: bool = True) -> dict:
+    annotations = {"hub.jupyter.org/username": user} if user else {}
+    if booking_id is not None:
+        annotations["gpubooking.jupyter.org/booking-id"] = str(booking_id)
+    limits = {"nvidia.com/gpu": "1"} if gpu else {"cpu": "1"}
+    return {"metadata": {"name": name, "namespace": "jhub", "annotations": annotations},
+            "spec": {"containers": [{"resources": {"limits": limits}}]},
+            "status": {"phase": "Running"}}
+
+
+def report(booked: float, **parts: float) -> dict:
+    totals = {"bookings": 1, "booked_gpu_hours": booked} | {
+        f"{name}_gpu_hours": parts.get(name, 0.0)
+        for name in ("used", "idle", "released", "no_show", "scheduled")}
+    return {"rows": [{"key": "a100", **totals}], "total": totals}
+
+
+def snapshot(bookings: list[dict], pods=(), servers=None, hours=None) -> Snapshot:
+    period = (NOW.replace(minute=0, second=0), NOW + timedelta(hours=2))
+    by_id = {b["id"]: b for b in bookings}
+    if hours is None:
+        booked = float(sum(booked_hours(b, *period) for b in bookings))
+        hours = report(booked, idle=booked)
+    return Snapshot(now=NOW, bookings=by_id, servers=servers or {}, pods=list(pods),
+                    report=hours, report_period=period, pools=POOLS)
+
+
+def check(*snapshots: Snapshot, facts: WalkFacts | None = None) -> list[str]:
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
+    return [v for s in snapshots for v in checker.check(s, facts or WalkFacts())]
+
+
+def test_a_quiet_demo_breaks_nothing():
+    bookings = [booking(1, 0, 60), booking(2, 0, 60, slices=2)]  # 2 + 2 of 4 slices
+    assert check(snapshot(bookings, [pod("jupyter-ada", 1, "ada")],
+                          {("ada", ""): {"ready": True}})) == []
+
+
+def test_two_pods_on_one_booking():
+    violations = check(snapshot([booking(1, 0, 60)], [pod("a", 1), pod("b", 1)]))
+    assert violations == ["booking 1 runs 2 pods at once: jhub/a, jhub/b"]
+
+
+def test_a_gpu_pod_past_its_booking_beyond_the_slack_but_not_within_an_outage():
+    ended = booking(1, 0, 30)  # ended 20 s ago, exactly the slack: allowed
+    assert check(snapshot([ended], [pod("a", 1)])) == []
+    ended = booking(1, 0, 29.5)  # 50 s ago
+    assert len(check(snapshot([ended], [pod("a", 1)]))) == 1
+    facts = WalkFacts(outages=[(NOW - timedelta(seconds=45), NOW)])  # the Hub was restarting
+    assert check(snapshot([ended], [pod("a", 1)]), facts=facts) == []
+    assert check(snapshot([ended], [pod("a", None)])) == [
+        "GPU pod jhub/a runs without a booking (None)"]
+    # a server still starting when its booking ended gets no more time: the service stops it
+    starting = snapshot([ended], [pod("a", 1, "ada")], {("ada", ""): {"pending": "spawn"}})
+    assert len(check(starting)) == 1
+
+
+def test_a_server_stopped_while_its_booking_runs():
+    running = snapshot([booking(1, 0, 60)], [pod("jupyter-ada", 1, "ada")],
+                       {("ada", ""): {"ready": True}})
+    gone = snapshot([booking(1, 0, 60)])
+    assert len(check(running, gone)) == 1
+    # its user stopped it, or its booking ended: fine
+    facts = WalkFacts(user_stops={("ada", ""): NOW})
+    assert check(running, gone, facts=facts) == []
+    assert check(running, snapshot([booking(1, 0, 30, state="ended")])) == []
+    # a grant preempted by a booking starting later: its server yields now
+    preempted = booking(1, 0, 31, opportunistic=True, release_reason="preempted")
+    assert check(running, snapshot([preempted])) == []
+
+
+def test_an_extended_server_must_outlive_the_old_end():
+    extended = booking(1, 0, 40)
+    facts = WalkFacts(extensions=[Extension(1, ("ada", ""), NOW - timedelta(minutes=1),
+                                            NOW - timedelta(minutes=2))])
+    assert len(check(snapshot([extended]), facts=facts)) == 1
+    facts.extensions[0].checked = False
+    running = snapshot([extended], [pod("p", 1, "ada")], {("ada", ""): {"ready": True}})
+    assert check(running, facts=facts) == []
+
+
+def test_overbooking_counts_a_booking_from_its_creation():
+    full = booking(1, 0, 60, slices=4)
+    assert len(check(snapshot([full, booking(2, 20, 40, slices=1)]))) == 1
+    # an opportunistic grant cut back to the slot's start by a booking made "now" within it
+    grant = booking(1, 30, 30.2, slices=4, opportunistic=True, release_reason="preempted")
+    made_now = booking(2, 30, 60, slices=4, created=NOW)
+    assert check(snapshot([grant, made_now])) == []
+
+
+def test_the_accounting_must_add_up_and_match_the_bookings():
+    bookings = [booking(1, 0, 60)]  # half a GPU for an hour: 0.5 GPU-hours
+    assert check(snapshot(bookings, hours=report(0.5, used=0.2, idle=0.3))) == []
+    assert len(check(snapshot(bookings, hours=report(0.5, used=0.2, idle=0.2)))) == 2  # row, total
+    assert len(check(snapshot(bookings, hours=report(0.6, used=0.3, idle=0.3)))) == 1
+
+
+def test_a_pod_claim_must_end_with_its_pod():
+    claimed = booking(1, 0, 60, server="pod:jobs-ada/train-1")
+    pod_there = {"metadata": {"name": "train-1", "namespace": "jobs-ada",
+                              "annotations": {"gpubooking.jupyter.org/booking-id": "1"}},
+                 "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                 "status": {"phase": "Running"}}
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
+    assert checker.check(snapshot([claimed], [pod_there]), WalkFacts()) == []
+    assert checker.checks["pod claims end with their pod"] == 1
+    # the pod is gone: the claim may stay while the service waits for a pod being created
+    gone = snapshot([claimed])
+    assert checker.check(gone, WalkFacts()) == []
+    later = snapshot([claimed])
+    later.now = NOW + timedelta(seconds=79)
+    assert checker.check(later, WalkFacts()) == []
+    later.now = NOW + timedelta(seconds=81)
+    assert checker.check(later, WalkFacts()) == [
+        "booking 1 is still claimed by pod jobs-ada/train-1 0:01:21 after the pod was gone "
+        "(allowed 0:01:20)"]
+    # released: nothing left to watch
+    assert checker.check(snapshot([booking(1, 0, 60)]), WalkFacts()) == []

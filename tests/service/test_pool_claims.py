@@ -1,0 +1,191 @@
+"""The spawn gate's one round trip (``claim_in_pool``, behind ``POST api/pools/{pool}/claim``)
+against an in-process service on SQLite and a tiny in-process Hub API that records which users'
+servers it was asked about: which booking a start takes, when the Hub is asked, what refuses."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+from traitlets.config import Config
+
+from jhub_gpubooking.core.clock import ManualClock
+from jhub_gpubooking.service.app import GPUBookingService
+from jhub_gpubooking.service.claims import (
+    IN_USE,
+    NONE_FREE,
+    NOT_BOOKED,
+    PoolClaimRefused,
+    claim_in_pool,
+)
+
+BOOKED_AT = datetime(2030, 1, 7, 9, 0, tzinfo=timezone.utc)
+NOW = BOOKED_AT + timedelta(hours=1, minutes=5)
+
+
+class FakeHubUser(web.RequestHandler):
+    """``GET api/users/{user}``: the servers the test put in ``servers`` (absent: no servers
+    key at all, i.e. the Hub does not say)."""
+
+    def get(self, user: str) -> None:
+        self.application.settings["asked"].append(user)
+        model = {"name": user, "groups": []}
+        servers = self.application.settings["servers"]
+        if user in servers:
+            model["servers"] = servers[user]
+        self.finish(model)
+
+
+@pytest.fixture
+async def gate(tmp_path):
+    """(service, Hub's ``servers`` by user, the users the Hub was asked about)."""
+    asked: list[str] = []
+    servers: dict = {}
+    app = web.Application([(r"/hub/api/users/([^/]+)", FakeHubUser)], asked=asked,
+                          servers=servers)
+    sockets = bind_sockets(0, "127.0.0.1")
+    hub = HTTPServer(app)
+    hub.add_sockets(sockets)
+    clock = ManualClock(BOOKED_AT)
+    service = GPUBookingService(
+        db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}",
+        upgrade_db=True,
+        pools=[{"name": "a100", "nodes": {"n1": 4}, "slices_per_gpu": 4, "backend": "hami",
+                "gpu_memory_mib": 81920},
+               {"name": "t4", "nodes": {"t1": 1}, "backend": "whole"}],
+        hub_api_url=f"http://127.0.0.1:{sockets[0].getsockname()[1]}/hub/api",
+        api_token="service-token",
+        clock=clock,
+        config=Config(Opportunistic={"opportunistic_horizon_minutes": 30}),
+    )
+    service.setup()
+    yield service, servers, asked
+    service.executor.shutdown(wait=True)
+    hub.stop()
+
+
+def book(service, hours: float, gpus: str = "1/4", user: str = "ada", pool: str = "a100"):
+    """A booking made at BOOKED_AT for ``hours``; the clock is then at NOW (it is active)."""
+    service.clock.set(BOOKED_AT)
+    booking = service.store.create(user, pool, gpus, BOOKED_AT,
+                                   BOOKED_AT + timedelta(hours=hours), is_admin=True)
+    service.clock.set(NOW)
+    return booking
+
+
+def claim(service, server: str = "", chosen: int | None = None, pool: str = "a100"):
+    return claim_in_pool(service, "ada", service.pool_objects[pool], server, chosen,
+                         actor="gpu-booking")
+
+
+async def refusal(service, **options) -> PoolClaimRefused:
+    with pytest.raises(PoolClaimRefused) as refused:
+        await claim(service, **options)
+    return refused.value
+
+
+async def test_a_free_booking_is_claimed_without_asking_the_hub(gate):
+    service, _servers, asked = gate
+    booked = book(service, 3)
+    claimed = await claim(service, "gpu")
+    assert (claimed.id, claimed.server) == (booked.id, "gpu")
+    assert service.store.get(booked.id).server == "gpu"
+    # the same server again (a restart): still its booking, still no Hub round trip
+    assert (await claim(service, "gpu")).id == booked.id
+    assert asked == []
+
+
+async def test_default_order_is_longest_running_then_largest(gate):
+    service, _servers, _asked = gate
+    book(service, 2, "1")
+    small_long = book(service, 4, "1/4")
+    large_long = book(service, 4, "1/2")
+    book(service, 3, "1", pool="t4")  # another pool never counts
+    assert (await claim(service, "a")).id == large_long.id
+    # the next server takes the next one in the order
+    assert (await claim(service, "b")).id == small_long.id
+
+
+async def test_the_users_choice_wins_and_a_stale_choice_falls_back(gate):
+    service, _servers, _asked = gate
+    short = book(service, 2)
+    long = book(service, 4)
+    assert (await claim(service, "a", chosen=short.id)).id == short.id
+    assert (await claim(service, "b", chosen=999)).id == long.id
+
+
+def running_on(booking) -> dict:
+    """A Hub server model running on ``booking`` (its state names it)."""
+    return {"ready": True, "pending": None, "state": {"gpu_booking_id": booking.id}}
+
+
+async def test_a_running_holder_refuses_and_the_next_booking_is_taken(gate):
+    service, servers, asked = gate
+    held = book(service, 4)
+    free = book(service, 2)
+    await claim(service, "training", chosen=held.id)
+    servers["ada"] = {"training": running_on(held)}
+    # held elsewhere ranks last: the notebook gets the free one, and the Hub is not asked
+    assert (await claim(service, "notebook")).id == free.id
+    assert asked == []
+
+    servers["ada"]["notebook"] = running_on(free)
+    refused = await refusal(service, server="third")
+    assert (refused.status, refused.reason) == (409, IN_USE)
+    # both were tried, longest first; the refusal names the first one's holder
+    assert asked == ["ada", "ada"]
+    assert refused.holder == "training"
+    assert [service.store.get(b.id).server for b in (held, free)] == ["training", "notebook"]
+
+
+async def test_a_holder_the_hub_cannot_tell_about_refuses(gate):
+    service, _servers, asked = gate
+    held = book(service, 4)
+    await claim(service, "training")
+    # the Hub's answer has no servers: missing means unknown, never stopped
+    refused = await refusal(service, server="notebook")
+    assert (refused.status, refused.reason, refused.holder) == (409, IN_USE, "training")
+    assert refused.message == "This booking is already in use by server 'training'."
+    assert asked == ["ada"]
+    assert service.store.get(held.id).server == "training"
+
+
+async def test_a_holder_the_hub_shows_stopped_is_taken_over(gate):
+    service, servers, _asked = gate
+    held = book(service, 4)
+    await claim(service, "training")
+    servers["ada"] = {}
+    assert (await claim(service, "notebook")).id == held.id
+    assert service.store.get(held.id).server == "notebook"
+
+
+async def test_ended_and_cancelled_bookings_are_never_claimed(gate):
+    service, _servers, _asked = gate
+    ended = book(service, 1)  # ended at 10:00, five minutes ago
+    cancelled = book(service, 4)
+    service.store.cancel(cancelled.id, actor="ada")
+    refused = await refusal(service)
+    assert (refused.status, refused.reason) == (403, NOT_BOOKED)
+    assert refused.message == "ada has no active booking in the GPU pool a100 right now."
+    assert service.store.get(ended.id).server is None
+    assert service.store.get(cancelled.id).server is None
+
+
+async def test_without_a_booking_an_opportunistic_grant_is_claimed(gate):
+    service, _servers, asked = gate
+    service.opportunistic.opportunistic_enabled = True
+    claimed = await claim(service, "gpu")
+    assert claimed.opportunistic and claimed.server == "gpu"
+    assert claimed.user == "ada" and claimed.amount == 1
+    assert asked == ["ada"]  # the user's groups decide which pools a grant may use
+
+
+async def test_without_a_booking_and_nothing_free_the_reason_says_so(gate):
+    service, _servers, _asked = gate
+    service.opportunistic.opportunistic_enabled = True
+    book(service, 4, "1", user="bob", pool="t4")
+    refused = await refusal(service, pool="t4")
+    assert (refused.status, refused.reason) == (409, NONE_FREE)
