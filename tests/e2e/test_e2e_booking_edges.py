@@ -76,7 +76,10 @@ def pod_booking_id(driver, user: str) -> int:
 
 
 def test_end_now_ends_the_booking_and_its_server_at_once_and_frees_the_gpus(driver):
-    # the sequence: book now 0.25, end it, book now 0.5, start: the pod gets the 0.5
+    # the sequence: book now 0.25, end it, book now 0.5, start: the pod gets the 0.5.
+    # Times are stored in whole seconds and a booking ended in the second it began used no
+    # time, so it is cancelled; book at least a second into the slot to end it instead
+    sleep_until(now().replace(second=0, microsecond=0) + timedelta(seconds=2))
     first = driver.book("ivan", "a100", 0.25, minutes=30)
     ended = end_now(driver, first["id"])
     assert (ended["state"], ended["release_reason"]) == ("ended", "ended")
