@@ -10,11 +10,12 @@ whether a link exists, so a cross-site link or a page visit never burns the show
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from icalendar import Calendar, Event
 
 from ..core.model import Booking, Pool, format_amount
+from ..core.replacement import is_movable
 from ..core.timegrid import as_utc
 from .api import APIHandler
 from .base import BaseHandler, refusal
@@ -25,8 +26,12 @@ ICS_CONTENT_TYPE = "text/calendar; charset=utf-8"
 FEED_HISTORY_DAYS = 180
 
 
-def booking_event(booking: Booking, pool: Pool | None, uid_domain: str, page_url: str) -> Event:
-    """One VEVENT for a booking; cancelled bookings stay in the feed as CANCELLED."""
+def booking_event(
+    booking: Booking, pool: Pool | None, uid_domain: str, page_url: str, now: datetime
+) -> Event:
+    """One VEVENT for a booking; cancelled bookings stay in the feed as CANCELLED. Before its
+    start a booking's GPUs may still move (to let another request in), so the feed says so
+    rather than promise a node and GPUs that may change."""
     pool_label = pool.display_name if pool else booking.pool
     event = Event()
     event.add("uid", f"booking-{booking.id}@{uid_domain}")
@@ -39,7 +44,10 @@ def booking_event(booking: Booking, pool: Pool | None, uid_domain: str, page_url
         f"Booking {booking.id}: {format_amount(booking.amount)} GPU in pool {booking.pool}."
     ]
     if booking.placement is not None:
-        description.append(f"Node {booking.placement.node}, GPU(s) {list(booking.placement.gpus)}.")
+        where = f"Node {booking.placement.node}, GPU(s) {list(booking.placement.gpus)}"
+        if is_movable(booking, now):
+            where += " for now: the GPU is assigned at start and may still change"
+        description.append(f"{where}.")
     if booking.note:
         description.append(booking.note)
     event.add("description", "\n".join(description))
@@ -53,9 +61,10 @@ def bookings_calendar(
     bookings: Iterable[Booking],
     pools: dict[str, Pool],
     uid_domain: str,
+    now: datetime,
     page_url: str = "",
 ) -> bytes:
-    """The whole calendar of ``user``'s bookings as iCalendar bytes."""
+    """The whole calendar of ``user``'s bookings at ``now`` as iCalendar bytes."""
     calendar = Calendar()
     calendar.add("prodid", "-//jhub-gpubooking//GPU bookings//EN")
     calendar.add("version", "2.0")
@@ -63,20 +72,22 @@ def bookings_calendar(
     calendar.add("x-wr-calname", " ".join(f"GPU bookings of {user}".split()))
     for booking in sorted(bookings, key=lambda b: (b.start, b.id or 0)):
         calendar.add_component(
-            booking_event(booking, pools.get(booking.pool), uid_domain, page_url)
+            booking_event(booking, pools.get(booking.pool), uid_domain, page_url, now)
         )
     return calendar.to_ical()
 
 
 class CalendarMixin:
     async def write_calendar(self, user: str) -> None:
-        since = self.clock.now() - timedelta(days=FEED_HISTORY_DAYS)
+        now = self.clock.now()
+        since = now - timedelta(days=FEED_HISTORY_DAYS)
         bookings = await self.run_in_executor(self.store.list, user=user, start=since)
         body = bookings_calendar(
             user,
             bookings,
             self.service.pool_objects,
             uid_domain=self.service.service_name,
+            now=now,
             page_url=self.public_service_url(""),
         )
         self.set_header("Content-Type", ICS_CONTENT_TYPE)

@@ -121,5 +121,5 @@ def test_a_user_name_with_newlines_still_gives_a_valid_calendar():
 
     from jhub_gpubooking.service.feeds import bookings_calendar
 
-    calendar = Calendar.from_ical(bookings_calendar("\ncõ\r\tx", [], {}, "gpu-booking"))
+    calendar = Calendar.from_ical(bookings_calendar("\ncõ\r\tx", [], {}, "gpu-booking", datetime.now(timezone.utc)))
     assert str(calendar["x-wr-calname"]) == "GPU bookings of cõ x"

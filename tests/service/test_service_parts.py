@@ -142,7 +142,8 @@ def test_calendar_parses_back_with_one_event_per_booking():
     ]
     calendar = Calendar.from_ical(
         bookings_calendar(
-            "ada", bookings, {"a100": POOL}, "gpu-booking", "https://hub/services/gpu-booking/"
+            "ada", bookings, {"a100": POOL}, "gpu-booking", T0 + timedelta(minutes=5),
+            "https://hub/services/gpu-booking/",
         )
     )
     events = calendar.walk("VEVENT")
@@ -155,6 +156,16 @@ def test_calendar_parses_back_with_one_event_per_booking():
     assert str(events[0]["summary"]) == "1 GPU on A100"
     assert "training run" in str(events[0]["description"])
     assert [str(event["status"]) for event in events] == ["CONFIRMED", "CANCELLED"]
+
+
+def test_calendar_says_an_upcoming_bookings_gpus_may_still_change():
+    booking = make_booking()
+    calendar = bookings_calendar("ada", [booking], {"a100": POOL}, "gpu-booking", T0 - timedelta(hours=1))
+    upcoming = str(Calendar.from_ical(calendar).walk("VEVENT")[0]["description"])
+    assert "for now: the GPU is assigned at start and may still change." in upcoming
+    calendar = bookings_calendar("ada", [booking], {"a100": POOL}, "gpu-booking", T0)
+    started = str(Calendar.from_ical(calendar).walk("VEVENT")[0]["description"])
+    assert "may still change" not in started and f"Node {booking.placement.node}" in started
 
 
 def test_booked_gpus_sum_active_bookings_per_pool():
