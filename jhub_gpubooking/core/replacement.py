@@ -22,6 +22,19 @@ on larger ones: at most :data:`BOUNDED_MOVES` bookings move, each step tries onl
 :data:`BOUNDED_BRANCHES` cheapest places, whole-GPU bookings only the cheapest GPUs of each
 node, and the search stops after :data:`BOUNDED_EXPANSIONS` steps, so a create stays fast on a
 large, busy pool; a refusal then means "found nothing within those bounds".
+
+When that bounded chain finds nothing, a second, equally bounded phase *repacks*: for each
+of a few places the request could take (a GPU, or GPUs of a node, with the least movable
+booked time in the way), the request goes there and the movable bookings are put back one by
+one, each where it was if that is still free, else where it fits best, else where it fits once
+smaller bookings already put back are taken off again (they go back to the queue). It is
+tried in a few orders: first only the bookings in the request's way move, then all of them
+earliest first (what colours intervals optimally), largest first. This moves many bookings
+at once where needed, which the chain's move limit forbids (the quarters in the way of a
+request for a whole node, each pushing smaller ones along), so it does not minimise the
+moves; a refusal still means "found nothing within the bounds". Its budget
+(:data:`REPACK_GPU_STEPS`) counts GPUs looked at, so a create stays cheap on a pool of any
+size.
 """
 
 from __future__ import annotations
@@ -54,6 +67,12 @@ COMBINATION_LIMIT = 8
 #: A safety valve even for exact searches, so no request can hold a pool's lock for long
 #: (far above what the small instances the tests compare with a brute force ever need).
 EXACT_EXPANSIONS = 2_000
+#: Repacking (large instances, when the chain found nothing): at most this many places of the
+#: request are tried, those with the least movable booked time in the way first ...
+REPACK_TARGETS = 8
+#: ... and the whole phase looks at most at this many GPUs (over all its steps), so a create
+#: stays cheap however large and busy the pool.
+REPACK_GPU_STEPS = 12_000
 
 
 @dataclass(frozen=True)
@@ -95,10 +114,11 @@ def place_or_move(
 ) -> Replacement:
     """Place ``amount`` GPUs of ``pool`` for [start, end), moving upcoming bookings if needed.
 
-    Without moves this is :func:`.placement.place` (best fit). Otherwise the fewest movable
-    bookings (see :func:`is_movable` at ``now``) are moved; a moved booking may collide only
-    with what ``existing`` holds, so ``existing`` must hold every booking overlapping the
-    bookings that could move. ``known`` = (from, until) says ``existing`` is complete only
+    Without moves this is :func:`.placement.place` (best fit). Otherwise movable bookings (see
+    :func:`is_movable` at ``now``) are moved: the fewest on a small instance, the fewest the
+    bounded chain finds, else as the repacking leaves them (module docstring). A moved booking
+    may collide only with what ``existing`` holds, so ``existing`` must hold every booking
+    overlapping the bookings that could move. ``known`` = (from, until) says ``existing`` is complete only
     inside that interval: bookings reaching outside it stay where they are. Raises the
     :class:`NoCapacity` of the plain placement when nothing is found.
     """
@@ -207,6 +227,8 @@ class _Search:
                     return None  # nothing was cut by the limit: more moves cannot help
         except _OutOfBudget:
             pass
+        if not self.exact:
+            return self._repack_all()
         return None
 
     def _extend(self, unplaced: list[int], moved: set[int], allowed: int) -> bool:
@@ -241,7 +263,7 @@ class _Search:
             self.on_gpu[g].add(h)
 
     def _take_off(self, h: int) -> None:
-        for g in self.holds[h].gpus:
+        for g in self.holds[h].gpus or ():
             self.on_gpu[g].discard(h)
         self.holds[h].gpus = None
 
@@ -255,6 +277,191 @@ class _Search:
     def _placement(self, hold: _Hold) -> Placement:
         node = self.gpus[hold.gpus[0]][0]
         return Placement(node, tuple(sorted(self.gpus[g][1] for g in hold.gpus)), hold.slices)
+
+    # ------------------------------------------------------------------ repacking
+
+    def _repack_all(self) -> Replacement | None:
+        """The second phase of the module docstring."""
+        movable = [h for h, hold in enumerate(self.holds) if hold.movable]
+        self._reset(movable)
+        self.gpu_steps = 0
+        holds = self.holds
+        orders = (
+            # earliest first: what colours intervals with the fewest colours, one slot each
+            sorted(movable, key=lambda h: (holds[h].begin, h)),
+            # the most slice-seconds first, then the most slices: big ones have few places
+            sorted(movable, key=lambda h: (-self._mass((h,)), h)),
+            sorted(movable, key=lambda h: (-holds[h].width * holds[h].slices, holds[h].begin, h)),
+        )
+        targets = sorted(self._targets())[:REPACK_TARGETS]
+        # first, at each place, only the bookings in the request's way move (pushing others
+        # along as they need); then all of them may move, in each order
+        attempts = []
+        for _, gpus in targets:
+            in_way = {h for g in gpus for h in self._overlapping(g, holds[0])
+                      if holds[h].movable}
+            attempts.append((gpus, sorted(in_way, key=self._size, reverse=True), in_way))
+        attempts += [(gpus, order, movable) for _, gpus in targets for order in orders]
+        try:
+            for gpus, queue, taken_off in attempts:
+                found = self._attempt(gpus, queue, taken_off, movable)
+                if found is not None:
+                    return found
+        except _OutOfBudget:
+            pass
+        return None
+
+    def _attempt(self, gpus: tuple[int, ...], queue: list[int], taken_off: Iterable[int],
+                 movable: list[int]) -> Replacement | None:
+        """The request on ``gpus``, ``taken_off`` off the pool and put back in ``queue``
+        order (:meth:`_repack`); the pool is as it was again afterwards."""
+        taken_off = set(taken_off)
+        for h in taken_off:
+            self._take_off(h)
+        self._put(0, gpus)
+        try:
+            if self._repack(queue, set(movable) - taken_off):
+                return self._result()
+            return None
+        finally:
+            self._reset(movable)
+
+    def _reset(self, movable: list[int]) -> None:
+        """The request off the pool, every movable booking back where it was."""
+        self._take_off(0)
+        for h in movable:
+            if self.holds[h].gpus != self.original[h]:
+                self._take_off(h)
+                self._put(h, self.original[h])
+        self.placed_in_search.clear()
+
+    def _mass(self, holds: Iterable[int]) -> float:
+        """Slice-seconds of ``holds``: how much has to find room elsewhere."""
+        return sum(self.holds[h].width * self.holds[h].slices
+                   * (self.holds[h].end - self.holds[h].begin) for h in holds)
+
+    def _targets(self) -> Iterator[tuple[tuple, tuple[int, ...]]]:
+        """(cost, GPUs) of each place of the request where no booking that stays is in the
+        way: every GPU for a fraction, the GPUs of each node with the least movable time in
+        the way for whole GPUs; cost: slice-seconds of movable bookings in the way."""
+        hold = self.holds[0]
+        if hold.slices < self.capacity:
+            limit = self.capacity - hold.slices
+            for g in range(len(self.gpus)):
+                overlapping = self._overlapping(g, hold)
+                if self._peak([h for h in overlapping if not self._ejectable(h)], hold) <= limit:
+                    yield (self._mass(h for h in overlapping if self._ejectable(h)), g), (g,)
+            return
+        for gpus in self.node_gpus.values():
+            costs: dict[int, float] = {}
+            for g in gpus:
+                overlapping = self._overlapping(g, hold)
+                if all(self._ejectable(h) for h in overlapping):
+                    costs[g] = self._mass(overlapping)
+            if len(costs) >= hold.width:
+                chosen = sorted(costs, key=lambda g: (costs[g], g))[:hold.width]
+                yield (sum(costs[g] for g in chosen), gpus[0]), tuple(sorted(chosen))
+
+    def _repack(self, queue: list[int], placed: set[int]) -> bool:
+        """Put the bookings of ``queue`` back in turn, with the request already placed: each
+        where it was if that is still free, else where it fits best, else where it fits once
+        smaller bookings already put back are taken off again (they go back to the queue;
+        only ever smaller ones, so this ends). ``placed``: the movable bookings still on the
+        pool."""
+        queue = list(queue)
+        while queue:
+            h = queue.pop(0)
+            own = self.original[h]
+            self._spend(len(own))
+            where = own if self._fits_on(h, own) else self._best_free_place(h)
+            if where is None:
+                evicting = self._evicting_place(h, placed)
+                if evicting is None:
+                    return False
+                where, evicted = evicting
+                for e in evicted:
+                    self._take_off(e)
+                    placed.discard(e)
+                queue[0:0] = sorted(evicted, key=self._size, reverse=True)
+            self._put(h, where)
+            placed.add(h)
+        return True
+
+    def _spend(self, gpus: int) -> None:
+        self.gpu_steps += gpus
+        if self.gpu_steps > REPACK_GPU_STEPS:
+            raise _OutOfBudget
+
+    def _size(self, h: int) -> tuple:
+        """A strict order of holds by slices held, then length (evictions follow it down)."""
+        hold = self.holds[h]
+        return (hold.width * hold.slices, hold.end - hold.begin, -h)
+
+    def _fits_on(self, h: int, gpus: tuple[int, ...]) -> bool:
+        hold = self.holds[h]
+        if hold.slices < self.capacity:
+            return self._peak(self._overlapping(gpus[0], hold), hold) + hold.slices <= self.capacity
+        return not any(self._overlapping(g, hold) for g in gpus)
+
+    def _best_free_place(self, h: int) -> tuple[int, ...] | None:
+        """Where ``h`` fits as the pool stands: the fullest GPU with room (a fraction), the
+        node with the fewest idle GPUs left over (whole GPUs)."""
+        hold = self.holds[h]
+        self._spend(len(self.gpus))
+        best: tuple | None = None
+        if hold.slices < self.capacity:
+            limit = self.capacity - hold.slices
+            for g in range(len(self.gpus)):
+                peak = self._peak(self._overlapping(g, hold), hold)
+                if peak <= limit and (best is None or limit - peak < best[0]):
+                    best = (limit - peak, (g,))
+        else:
+            for gpus in self.node_gpus.values():
+                idle = [g for g in gpus if not self._overlapping(g, hold)]
+                spare = len(idle) - hold.width
+                if spare >= 0 and (best is None or spare < best[0]):
+                    best = (spare, tuple(idle[:hold.width]))
+        return None if best is None else best[1]
+
+    def _evicting_place(self, h: int, placed: set[int]):
+        """(GPUs, bookings to take off them) where ``h`` fits once some smaller bookings in
+        ``placed`` are taken off again: the fewest slice-seconds of them; None if nowhere."""
+        hold = self.holds[h]
+        size = self._size(h)
+        self._spend(len(self.gpus))
+
+        def evictable(other: int) -> bool:
+            return other in placed and self._size(other) < size
+
+        best = None
+        if hold.slices < self.capacity:
+            limit = self.capacity - hold.slices
+            for g in range(len(self.gpus)):
+                overlapping = self._overlapping(g, hold)
+                if self._peak([o for o in overlapping if not evictable(o)], hold) > limit:
+                    continue
+                # those that must stay first, then the evictable ones by slice-seconds: the
+                # largest are taken off first
+                staying = sorted(overlapping, key=lambda o: (evictable(o), self._mass((o,))))
+                evicted = set()
+                while self._peak(staying, hold) > limit:
+                    evicted.add(staying.pop())
+                if best is None or self._mass(evicted) < best[0]:
+                    best = (self._mass(evicted), (g,), evicted)
+        else:
+            for gpus in self.node_gpus.values():
+                costs = {}
+                for g in gpus:
+                    overlapping = self._overlapping(g, hold)
+                    if all(evictable(o) for o in overlapping):
+                        costs[g] = set(overlapping)
+                if len(costs) < hold.width:
+                    continue
+                chosen = sorted(costs, key=lambda g: (self._mass(costs[g]), g))[:hold.width]
+                evicted = set().union(*(costs[g] for g in chosen))
+                if best is None or self._mass(evicted) < best[0]:
+                    best = (self._mass(evicted), tuple(sorted(chosen)), evicted)
+        return None if best is None else best[1:]
 
     # ------------------------------------------------------------------ where a hold can go
 

@@ -2,17 +2,21 @@
 
 The oracle knows nothing about ejection chains: it tries every placement of every movable
 booking and of the request, checking every hour, and counts the fewest bookings moved. Pools
-are at most 2 nodes x 3 GPUs with 1, 2 or 4 slices per GPU, with at most 7 bookings.
+are at most 2 nodes x 3 GPUs with 1, 2 or 4 slices per GPU, with at most 7 bookings. The
+bounded search (large pools: a short chain, then repacking) is checked for soundness on those
+and on pools above the exact limit, where no oracle is fast enough.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
+from unittest import mock
 
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 
+from jhub_gpubooking.core import replacement
 from jhub_gpubooking.core.errors import NoCapacity
 from jhub_gpubooking.core.model import Booking, MaintenanceWindow, Placement, Pool
 from jhub_gpubooking.core.placement import place
@@ -125,7 +129,7 @@ def intervals(draw, earliest: int = 0) -> tuple[int, int]:
 
 
 @st.composite
-def scenarios(draw):
+def scenarios(draw, pools=pools, most=7):
     """A pool, maybe maintenance, bookings placed anywhere they fit (fragmenting the pool on
     purpose, unlike best fit), some started or claimed, and a request."""
     pool = draw(pools())
@@ -136,7 +140,7 @@ def scenarios(draw):
                                              node=draw(st.sampled_from([None, *pool.nodes]))))
     bookings: list[Booking] = []
     placed: list[tuple[int, int, Placement]] = []
-    for n in range(draw(st.integers(0, 7))):
+    for n in range(draw(st.integers(0, most))):
         # mostly upcoming (movable) ones, some started
         start, end = draw(intervals(earliest=NOW_HOUR - 1))
         amount = draw(st.sampled_from(bookable_amounts(pool)))
@@ -272,6 +276,71 @@ def test_a_chain_of_moves_on_a_large_pool_stays_within_the_bounds():
     assert len(bookings) > EXACT_MOVABLE
     found = place_or_move(pool, bookings, hour(3), hour(4), Fraction(1), NOW)
     assert 1 <= len(found.moves) <= BOUNDED_MOVES
+    moved = {m.booking.id: m.placement for m in found.moves}
+    after = [(3, 5, moved.get(b.id, b.placement)) for b in bookings]
+    assert not overbooked(pool, [*after, (3, 4, found.placement)], [])
+
+
+# ---------------------------------------------------------------- the bounded search
+
+
+@st.composite
+def large_pools(draw) -> Pool:
+    """Above the exact limit: up to 3 nodes of 4-8 GPUs, at least EXACT_GPUS + 1 GPUs."""
+    nodes = {f"n{k}": draw(st.integers(4, 8)) for k in range(3)}
+    nodes["n0"] += max(0, EXACT_GPUS + 1 - sum(nodes.values()))
+    return Pool(name="p", nodes=nodes, slices_per_gpu=draw(st.sampled_from([2, 4])))
+
+
+@core_settings
+@given(scenarios())
+def test_the_bounded_search_is_sound_and_finds_single_moves(scenario):
+    """The bounded search forced on the small scenarios: whatever it answers keeps every rule,
+    and a request that the oracle admits by moving one booking is admitted."""
+    pool, maintenance, bookings, request = scenario
+    start, end, amount = request
+    with mock.patch.object(replacement, "EXACT_GPUS", 0):
+        try:
+            found = place_or_move(pool, bookings, hour(start), hour(end), amount, NOW,
+                                  maintenance)
+        except NoCapacity:
+            event("refused")
+            assert oracle_fewest_moves(pool, bookings, maintenance, request) != 1
+            return
+    event(f"placed with {len(found.moves)} moves")
+    assert_sound(pool, maintenance, bookings, request, found)
+
+
+@core_settings
+@given(scenarios(pools=large_pools, most=40))
+def test_the_bounded_search_on_large_pools_is_sound(scenario):
+    pool, maintenance, bookings, request = scenario
+    start, end, amount = request
+    try:
+        found = place_or_move(pool, bookings, hour(start), hour(end), amount, NOW, maintenance)
+    except NoCapacity:
+        event("refused")
+        return
+    event("placed with moves" if found.moves else "placed as the pool stood")
+    target(len(found.moves))
+    assert_sound(pool, maintenance, bookings, request, found)
+
+
+def test_a_whole_node_gets_in_by_moving_more_bookings_than_the_chain_may():
+    """Repacking: every GPU of n0 holds an upcoming quarter, every other GPU two; a request for
+    all of n0 gets in only by moving the eight quarters (the chain moves at most
+    BOUNDED_MOVES), and nothing that need not move moves."""
+    pool = Pool(name="p", nodes={f"n{k}": 8 for k in range(3)}, slices_per_gpu=4)
+    bookings = []
+    for k in range(3):
+        for i in range(8):
+            for copy in range(1 if k == 0 else 2):
+                bookings.append(Booking(f"u{k}{i}{copy}", "p", Fraction(1, 4), hour(3), hour(5),
+                                        Placement(f"n{k}", (i,), 1), id=len(bookings) + 1))
+    found = place_or_move(pool, bookings, hour(3), hour(4), Fraction(8), NOW)
+    assert found.placement == Placement("n0", tuple(range(8)), 4)
+    assert len(found.moves) == 8 > BOUNDED_MOVES
+    assert {move.booking.placement.node for move in found.moves} == {"n0"}
     moved = {m.booking.id: m.placement for m in found.moves}
     after = [(3, 5, moved.get(b.id, b.placement)) for b in bookings]
     assert not overbooked(pool, [*after, (3, 4, found.placement)], [])
