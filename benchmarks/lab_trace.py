@@ -47,8 +47,9 @@ from fractions import Fraction
 from jhub_gpubooking.core.model import Pool, format_amount
 from jhub_gpubooking.core.policy import gpu_hours
 
+from .avoidable import classify_refusals
 from .common import markdown_table, print_machine, write_json
-from .trace_optimum import exact_avoidable, optimum_report
+from .trace_optimum import optimum_report
 from .trace_replay import (
     PATIENCE,
     Outcome,
@@ -61,7 +62,7 @@ from .trace_replay import (
 from .tracegen import Trace, TraceShape, generate
 
 #: The scheduler the targets are measured on.
-TARGET_REPLAY = Replay("re-placing + waitlist", re_placing)
+TARGET_REPLAY = Replay("re-placing + waitlist", re_placing, keep_refusals=True)
 WHOLE_REPLAY = Replay("whole GPUs, re-placing + waitlist", re_placing, whole_gpus=True)
 REPLAYS = (
     TARGET_REPLAY,
@@ -186,7 +187,8 @@ def measure(trace: Trace, outcome: Outcome) -> dict:
         "refusals_fragmentation_temporal": outcome.refusals.get("fragmentation (temporal)", 0),
         "fragmentation_refusals": fragmentation,
         "fragmentation_refusals_blocked_by_started": outcome.blocked_by_started,
-        "fragmentation_refusals_avoidable": fragmentation - outcome.blocked_by_started,
+        # the upper bound: would fit with every upcoming booking gone (see exact_refusals)
+        "fragmentation_refusals_not_blocked": fragmentation - outcome.blocked_by_started,
         "moved_bookings": outcome.moves,
         "waited_requests": outcome.waited,
         "booked_from_waitlist": outcome.from_waitlist,
@@ -202,6 +204,19 @@ def measure(trace: Trace, outcome: Outcome) -> dict:
             amount: refused / asked for amount, (refused, asked) in by_amount.items()
         },
         "fairness": jain_index([float(got / asked) for got, asked in served.values() if asked]),
+    }
+
+
+def exact_refusals(trace: Trace, outcome: Outcome, sample: int, time_limit: float,
+                   seed: int) -> dict:
+    """The target replay's fragmentation refusals decided exactly (:mod:`.avoidable`): the
+    measures ``fragmentation_refusals_avoidable`` (the avoidable ones: counted, or estimated
+    from a sample), its 95% interval, and the classification itself."""
+    exact = classify_refusals(trace.pool, outcome.avoidable, sample, time_limit, seed)
+    return {
+        "fragmentation_refusals_avoidable": exact["avoidable"],
+        "fragmentation_refusals_avoidable_ci95": exact["ci95"],
+        "fragmentation_refusals_exact": exact,
     }
 
 
@@ -277,14 +292,19 @@ def diagnose(trace: Trace, product: dict, by_name: dict[str, dict]) -> list[str]
             "were booked): released time is short notice, and outside the peaks nobody needs it."
         )
     if product["fragmentation_refusals_avoidable"] > 0:
+        exact = product["fragmentation_refusals_exact"]
+        low, high = exact["ci95"]
+        decided = (f"all {exact['checked']} decided" if not exact["sampled"] else
+                   f"estimated from {exact['checked']} sampled, 95% interval {low}-{high}")
         notes.append(
-            f"Fragmentation: {product['fragmentation_refusals_avoidable']} fragmentation "
-            "refusals are not blocked by started bookings alone (an upper bound on the avoidable "
-            "ones: with every upcoming booking gone the request would fit, but they may need "
-            "the room themselves; the exact check below decides a sample), and place_or_move, "
-            "which is exhaustive only on small pools, found no re-placement for them; "
+            f"Fragmentation: of {product['fragmentation_refusals']} fragmentation refusals, "
             f"{product['fragmentation_refusals_blocked_by_started']} are blocked by started "
-            "bookings, which never move."
+            "bookings, which never move; of the other "
+            f"{product['fragmentation_refusals_not_blocked']}, an exact check (an ILP each, "
+            f"{decided}) finds {product['fragmentation_refusals_avoidable']} that some "
+            "re-placement of upcoming bookings would have let in: place_or_move is exhaustive "
+            "only on small pools and bounded on this one, so it missed them. The rest need "
+            "their room themselves."
         )
     if product["fairness"] < 0.9:
         notes.append(f"Fairness {product['fairness']:.3f} over {product['contended_users']} "
@@ -337,10 +357,30 @@ def print_targets(targets: dict[str, dict], seeds: list[int]) -> None:
     print(markdown_table(["measure", "target", *(f"seed {seed}" for seed in seeds), ""], rows))
 
 
-def replay_seed(shape: TraceShape, seed: int, every_replay: bool) -> list[dict]:
-    """The measures of one seed's replays (all of them, or those the targets need)."""
+def replay_seed(shape: TraceShape, seed: int, every_replay: bool, exact_sample: int = 0,
+                exact_seconds: float = 30) -> list[dict]:
+    """The measures of one seed's replays (all of them, or those the targets need); the
+    target replay's refusals are decided exactly (all, or ``exact_sample`` of them)."""
     trace = generate(shape, seed=seed)
-    return [measure(trace, replay(trace, how)) for how in (REPLAYS if every_replay else SEED_REPLAYS)]
+    results = []
+    for how in REPLAYS if every_replay else SEED_REPLAYS:
+        outcome = replay(trace, how)
+        measured = measure(trace, outcome)
+        if how is TARGET_REPLAY:
+            measured.update(exact_refusals(trace, outcome, exact_sample, exact_seconds, seed))
+        results.append(measured)
+    return results
+
+
+def print_exact(by_seed_exact: dict[int, dict]) -> None:
+    print(f"\nFragmentation refusals of {TARGET_REPLAY.name} decided exactly (an ILP each):\n")
+    print(markdown_table(
+        ["seed", "not blocked by started", "checked", "avoidable", "not avoidable", "undecided",
+         "avoidable (count or estimate)", "95% interval", "solver s"],
+        [[seed, e["not_blocked"], e["checked"], e["avoidable_proven"], e["not_avoidable"],
+          e["undecided"], e["avoidable"], f"{e['ci95'][0]}-{e['ci95'][1]}",
+          round(e["solver_seconds"], 1)] for seed, e in by_seed_exact.items()],
+    ))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,9 +397,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="expected offered GPU-hours as a share of the pool's GPU-hours")
     parser.add_argument("--optimum-seconds", type=float, default=600,
                         help="time limit of the offline optimum's solver")
-    parser.add_argument("--exact-sample", type=int, default=50,
-                        help="decide this many of the first seed's possibly avoidable "
-                        "fragmentation refusals exactly (an ILP each; 0: none)")
+    parser.add_argument("--exact-sample", type=int, default=0,
+                        help="decide only a random sample of this many of each seed's "
+                        "fragmentation refusals not blocked by started bookings (an ILP each; "
+                        "0: all of them)")
+    parser.add_argument("--exact-seconds", type=float, default=30,
+                        help="time limit of each of those ILPs")
     parser.add_argument("--jobs", type=int, default=1,
                         help="replay this many seeds at once, in separate processes")
     parser.add_argument("--tiny", action="store_true",
@@ -372,16 +415,19 @@ def main(argv: list[str] | None = None) -> int:
     print_machine()
     by_seed: dict[int, dict[str, float]] = {}
     first: dict = {}
-    jobs = [(shape, seed, seed == seeds[0]) for seed in seeds]
+    sample = min(args.exact_sample or 5, 5) if args.tiny else args.exact_sample
+    jobs = [(shape, seed, seed == seeds[0], sample, args.exact_seconds) for seed in seeds]
     if args.jobs > 1:
         with ProcessPoolExecutor(min(args.jobs, len(seeds))) as pool:
             all_results = list(pool.map(replay_seed, *zip(*jobs)))
     else:
         all_results = [replay_seed(*job) for job in jobs]
+    exact: dict[int, dict] = {}
     for seed, results in zip(seeds, all_results):
         trace = generate(shape, seed=seed)
         by_name = {r["replay"]: r for r in results}
         by_seed[seed] = seed_targets(results[0], by_name[WHOLE_REPLAY.name])
+        exact[seed] = results[0]["fragmentation_refusals_exact"]
         if seed == seeds[0]:
             bounds = report_seed(trace, results)
             notes = diagnose(trace, results[0], by_name)
@@ -395,19 +441,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nWhy targets are missed (seed {seeds[0]}):\n")
         for note in first["diagnosis"]:
             print(f"- {note}")
-    exact = exact_avoidable(generate(shape, seed=seeds[0]), TARGET_REPLAY,
-                            min(args.exact_sample, 5) if args.tiny else args.exact_sample)
-    share = exact["avoidable"] / exact["checked"] if exact["checked"] else 0.0
-    print(f"\nExact check (seed {seeds[0]}, {TARGET_REPLAY.name}): of "
-          f"{exact['possibly_avoidable']} fragmentation refusals not blocked by started "
-          f"bookings, {exact['checked']} evenly spread ones were decided by an ILP each: "
-          f"{exact['avoidable']} could have been let in by moving upcoming bookings, "
-          f"{exact['not_avoidable']} could not, {exact['undecided']} undecided (time limit); "
-          f"estimated avoidable: {share * exact['possibly_avoidable']:.0f}.")
+    print_exact(exact)
     optimum = optimum_report(seeds[0], tiny=args.tiny, time_limit=args.optimum_seconds)
     write_json(args.json, {**first, "seeds": seeds, "targets": targets,
                            "by_seed": {str(k): v for k, v in by_seed.items()},
-                           "exact_avoidable": exact, "offline_optimum": optimum})
+                           "exact_avoidable": {str(k): v for k, v in exact.items()},
+                           "offline_optimum": optimum})
     return 0
 
 

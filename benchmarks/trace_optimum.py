@@ -32,10 +32,9 @@ from scipy.sparse import coo_array
 
 from jhub_gpubooking.core.model import Booking, Placement, Pool
 from jhub_gpubooking.core.placement import overbooked_instants
-from jhub_gpubooking.core.replacement import is_movable
 
 from .common import markdown_table
-from .trace_replay import LONGEST_BOOKING, Replay, best_fit, re_placing, replay
+from .trace_replay import Replay, best_fit, re_placing, replay
 from .tracegen import Trace, TraceShape, generate
 
 SLICE_POOL = Pool(name="a100-slice", slices_per_gpu=4, backend="hami",
@@ -266,37 +265,4 @@ def optimum_report(seed: int, tiny: bool = False, time_limit: float = 600) -> di
         "online_gpu_hours": online,
         "online_share_of_optimum": {name: admitted / float(best.value) if best.value else 1.0
                                     for name, admitted in online.items()},
-    }
-
-
-def exact_avoidable(trace: Trace, how: Replay, sample: int, time_limit: float = 60) -> dict:
-    """Decide exactly, for ``sample`` evenly spread fragmentation refusals of ``how`` that are
-    not blocked by started bookings, whether moving upcoming bookings could have let them in:
-    a feasibility ILP in which every upcoming booking lying within LONGEST_BOOKING of the
-    request may go to any GPUs of its pool (its amount, times and one node kept) and all other
-    bookings stay. Feasible proves the refusal avoidable; infeasible means no re-placement of
-    the bookings in that window exists."""
-    outcome = replay(trace, Replay(how.name, how.placer, how.whole_gpus, how.no_show_minutes,
-                                   how.waitlist, how.early_stops, how.attempts,
-                                   keep_refusals=True))
-    cases = outcome.avoidable
-    step = max(1, len(cases) // sample) if sample else len(cases) + 1
-    picked = cases[::step][:sample]
-    began = time.perf_counter()
-    verdicts = []
-    for near, start, end, amount, now in picked:
-        low, high = start - LONGEST_BOOKING, end + LONGEST_BOOKING
-        movable = [b for b in near if is_movable(b, now) and low <= b.start and b.end <= high]
-        moving = {b.id for b in movable}
-        items = [Item(b.id, b.start, b.end, b.amount) for b in movable]
-        items.append(Item(-1, start, end, amount))
-        verdicts.append(fits_with_moves(trace.pool, [b for b in near if b.id not in moving],
-                                        items, time_limit))
-    return {
-        "possibly_avoidable": len(cases),
-        "checked": len(picked),
-        "avoidable": verdicts.count(True),
-        "not_avoidable": verdicts.count(False),
-        "undecided": verdicts.count(None),
-        "solver_seconds": time.perf_counter() - began,
     }

@@ -70,7 +70,7 @@ def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
             replay["admitted_gpu_hours"] / resolved)
         assert replay["fragmentation_refusals"] == (
             replay["refusals_fragmentation_spatial"] + replay["refusals_fragmentation_temporal"]
-        ) == (replay["fragmentation_refusals_avoidable"]
+        ) == (replay["fragmentation_refusals_not_blocked"]
               + replay["fragmentation_refusals_blocked_by_started"])
         assert 0 <= replay["reused_gpu_hours"] <= replay["released_gpu_hours"] + 1e-9
         assert replay["released_gpu_hours"] <= replay["no_show_gpu_hours"] + 1e-9
@@ -103,11 +103,19 @@ def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
     }
     assert all(set(entry["seeds"]) == {"3", "4"} for entry in targets.values())
 
-    exact = results["exact_avoidable"]
-    assert exact["possibly_avoidable"] == first["fragmentation_refusals_avoidable"]
-    assert exact["checked"] == min(5, exact["possibly_avoidable"])
-    assert exact["avoidable"] + exact["not_avoidable"] + exact["undecided"] == exact["checked"]
-    assert "Exact check (seed 3, re-placing + waitlist)" in output
+    # the avoidable refusals are decided exactly (--tiny: a sample of 5) on every seed
+    assert set(results["exact_avoidable"]) == {"3", "4"}
+    exact = results["exact_avoidable"]["3"]
+    assert exact == product["fragmentation_refusals_exact"]
+    assert exact["not_blocked"] == product["fragmentation_refusals_not_blocked"]
+    assert exact["checked"] == min(5, exact["not_blocked"])
+    assert exact["sampled"] == (exact["not_blocked"] > 5)
+    assert (exact["avoidable_proven"] + exact["not_avoidable"] + exact["undecided"]
+            == exact["checked"])
+    assert product["fragmentation_refusals_avoidable_ci95"] == exact["ci95"]
+    low, high = exact["ci95"]
+    assert 0 <= low <= first["fragmentation_refusals_avoidable"] <= high <= exact["not_blocked"]
+    assert "decided exactly (an ILP each)" in output
 
     optimum = results["offline_optimum"]
     assert optimum["optimal"] and optimum["optimum_gpu_hours"] <= optimum["demand_gpu_hours"]
