@@ -9,18 +9,22 @@ The trace (users, groups, amounts, lengths, lead times, no-shows, early stops, p
 joins the waitlist) is described in :mod:`benchmarks.tracegen`; the replays in
 :mod:`benchmarks.trace_replay`. On the first seed the same trace is replayed side by side:
 
-* **re-placing + waitlist** — the scheduler of issue 17: best fit, and when that refuses,
-  :func:`jhub_gpubooking.core.replacement.place_or_move` moves upcoming bookings; refused users
-  may wait; no-shows are released after 15 minutes. The targets are measured on this one;
+* **re-placing + waitlist + start early** — the scheduler of issue 17: best fit, and when that
+  refuses, :func:`jhub_gpubooking.core.replacement.place_or_move` moves upcoming bookings;
+  refused users may wait; no-shows are released after 15 minutes, and capacity a release frees
+  is offered to bookings starting within 8 hours (``core.start_early``). The targets are
+  measured on this one;
+* **re-placing + waitlist, no start early** — the same without start-early offers;
 * **best fit + waitlist** — the same without moving bookings;
 * **best fit, no waitlist** — the product before issue 17 (with the 15-minute no-show rule);
 * **first fit + waitlist** — the first GPU / node that fits, in pool order (a comparison policy
   that lives only in the benchmark);
-* **whole GPUs** — re-placing + waitlist, every request rounded up to whole GPUs, as a booking
-  system without GPU sharing does;
-* **no-show 10 / 30 min, never** — re-placing + waitlist with another no-show release time.
+* **whole GPUs** — re-placing + waitlist + start early, every request rounded up to whole GPUs,
+  as a booking system without GPU sharing does;
+* **no-show 10 / 30 min, never** — re-placing + waitlist + start early with another no-show
+  release time.
 
-The other seeds replay what the targets need (re-placing + waitlist, whole GPUs). Finally an
+The other seeds replay what the targets need (re-placing + waitlist + start early, whole GPUs). Finally an
 exact offline optimum (an ILP, :mod:`benchmarks.trace_optimum`) on a one-week, two-node slice
 says how far the online scheduler is from what a scheduler knowing the whole week could admit.
 
@@ -61,18 +65,26 @@ from .trace_replay import (
 )
 from .tracegen import Trace, TraceShape, generate
 
+#: Start-early offers as the service makes them by default (``Lifecycle.start_early_hours``).
+START_EARLY_HOURS = 8
 #: The scheduler the targets are measured on.
-TARGET_REPLAY = Replay("re-placing + waitlist", re_placing, keep_refusals=True)
-WHOLE_REPLAY = Replay("whole GPUs, re-placing + waitlist", re_placing, whole_gpus=True)
+TARGET_REPLAY = Replay("re-placing + waitlist + start early", re_placing, keep_refusals=True,
+                       start_early_hours=START_EARLY_HOURS)
+WHOLE_REPLAY = Replay("whole GPUs, re-placing + waitlist + start early", re_placing,
+                      whole_gpus=True, start_early_hours=START_EARLY_HOURS)
 REPLAYS = (
     TARGET_REPLAY,
+    Replay("re-placing + waitlist, no start early", re_placing),
     Replay("best fit + waitlist", best_fit),
     Replay("best fit, no waitlist", best_fit, waitlist=False),
     Replay("first fit + waitlist", first_fit_placer),
     WHOLE_REPLAY,
-    Replay("re-placing + waitlist, no-show 10 min", re_placing, no_show_minutes=10),
-    Replay("re-placing + waitlist, no-show 30 min", re_placing, no_show_minutes=30),
-    Replay("re-placing + waitlist, no no-show release", re_placing, no_show_minutes=None),
+    Replay("re-placing + waitlist + start early, no-show 10 min", re_placing, no_show_minutes=10,
+           start_early_hours=START_EARLY_HOURS),
+    Replay("re-placing + waitlist + start early, no-show 30 min", re_placing, no_show_minutes=30,
+           start_early_hours=START_EARLY_HOURS),
+    Replay("re-placing + waitlist + start early, no no-show release", re_placing,
+           no_show_minutes=None, start_early_hours=START_EARLY_HOURS),
 )
 #: The other seeds replay only what the targets are computed from.
 SEED_REPLAYS = (TARGET_REPLAY, WHOLE_REPLAY)
@@ -192,6 +204,8 @@ def measure(trace: Trace, outcome: Outcome) -> dict:
         "moved_bookings": outcome.moves,
         "waited_requests": outcome.waited,
         "booked_from_waitlist": outcome.from_waitlist,
+        "start_early_offers": outcome.start_early_offers,
+        "started_early": outcome.started_early,
         "admitted_gpu_hours": float(admitted),
         "share_of_bound": float(admitted / bound) if bound else 1.0,
         "share_of_time_resolved_bound": float(admitted / resolved) if resolved else 1.0,
@@ -289,7 +303,9 @@ def diagnose(trace: Trace, product: dict, by_name: dict[str, dict]) -> list[str]
             f"{product['no_show_gpu_hours']:.0f} no-show GPU-h, {lost_waiting:.0f} pass before "
             f"the release rule fires and {unused:.0f} are freed but wanted by no later request "
             f"or wait ({product['booked_from_waitlist']} of {product['waited_requests']} waits "
-            "were booked): released time is short notice, and outside the peaks nobody needs it."
+            f"were booked; {product['started_early']} of {product['start_early_offers']} "
+            "bookings offered an early start took it): released time is short notice, and "
+            "outside the peaks nobody needs it."
         )
     if product["fragmentation_refusals_avoidable"] > 0:
         exact = product["fragmentation_refusals_exact"]
@@ -316,11 +332,12 @@ def print_replays(results: list[dict]) -> None:
     print(markdown_table(
         ["replay", "admitted GPU-h", "of time-resolved bound", "refused requests",
          "capacity refusals", "frag. spatial", "frag. temporal", "blocked by started", "moves",
-         "waits booked", "no-show GPU-h", "reused", "reclaimed", "Jain"],
+         "waits booked", "started early", "no-show GPU-h", "reused", "reclaimed", "Jain"],
         [[r["replay"], round(r["admitted_gpu_hours"], 1), r["share_of_time_resolved_bound"],
           r["refused_requests"], r["refusals_capacity"], r["refusals_fragmentation_spatial"],
           r["refusals_fragmentation_temporal"], r["fragmentation_refusals_blocked_by_started"],
           r["moved_bookings"], f"{r['booked_from_waitlist']}/{r['waited_requests']}",
+          f"{r['started_early']}/{r['start_early_offers']}",
           round(r["no_show_gpu_hours"], 1), round(r["reused_gpu_hours"], 1),
           r["no_show_reclaimed"], r["fairness"]]
          for r in results],

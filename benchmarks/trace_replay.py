@@ -6,7 +6,12 @@ early stoppers cancel the rest (``policy.cancel_outcome``, the core's own rule),
 moment. With the waitlist on, a request still refused after the user's retries waits (if its
 user joins, see :mod:`.tracegen`) and, whenever capacity frees (a release), the waiting
 requests are booked in FIFO order at the first interval of their length and amount that starts
-in their window (``core.next_free.earliest_fit``, the service's own next-free search).
+in their window (``core.next_free.earliest_fit``, the service's own next-free search). With
+``start_early_hours`` set, every release then offers the freed capacity to the pool's upcoming
+bookings that start within that many hours, soonest first, with the service's own rule
+(``core.start_early.start_early_interval``); a booking whose user accepts (see
+:mod:`.tracegen`) moves to start now, keeping its length, and the span it leaves is served to
+the waitlist like any other freed capacity.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from jhub_gpubooking.core.model import Booking, BookingState, Placement, Pool
 from jhub_gpubooking.core.next_free import earliest_fit
 from jhub_gpubooking.core.policy import cancel_outcome
 from jhub_gpubooking.core.replacement import place_or_move
+from jhub_gpubooking.core.start_early import start_early_candidates, start_early_interval
 from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid
 
 from .tracegen import SLOT_MINUTES, Request, Trace
@@ -99,6 +105,8 @@ class Replay:
     attempts: int = MAX_ATTEMPTS
     #: keep what each possibly avoidable fragmentation refusal saw (for an exact check)
     keep_refusals: bool = False
+    #: offer freed capacity to upcoming bookings starting within this many hours (None: off)
+    start_early_hours: int | None = None
 
 
 @dataclass
@@ -121,6 +129,8 @@ class Outcome:
         default_factory=list)
     waited: int = 0  # requests that joined the waitlist
     from_waitlist: int = 0  # ... and were booked from it
+    start_early_offers: int = 0  # bookings offered to start early (each counted once)
+    started_early: int = 0  # ... whose users accepted
 
 
 def classify_refusal(
@@ -181,14 +191,21 @@ class _Run:
         ]
         heapq.heapify(self.events)
         self.waiting: list[_Wait] = []
+        #: request id -> when its booking is released (a booking started early moves it)
+        self.release_at: dict[int, datetime] = {}
+        #: bookings already offered to start early (a user answers an offer once)
+        self.offered: set[int] = set()
 
     def run(self) -> Outcome:
         while self.events:
             now, kind, request_id = heapq.heappop(self.events)
             if kind == 0:
+                if self.release_at.get(request_id) != now:
+                    continue  # the booking started early: its release moved with it
                 freed = self._release(self.requests[request_id], now)
-                if freed is not None and self.how.waitlist:
-                    self._serve_waitlist(now, *freed)
+                if freed is not None:
+                    self._capacity_freed(now, *freed)
+                    self._offer_start_early(now)
                 continue
             # bookings that ended before the current slot can touch no new request
             horizon = floor_to_grid(now, SLOT_MINUTES)
@@ -256,13 +273,49 @@ class _Run:
                           end=end, placement=placed, id=request.id)
         outcome = self.outcome
         self.live[request.id] = outcome.admitted[request.id] = outcome.booked[request.id] = booking
+        self._schedule_release(request, start, now)
+
+    def _schedule_release(self, request: Request, start: datetime, now: datetime) -> None:
         release_at = None
         if request.no_show and self.how.no_show_minutes is not None:
             release_at = start + timedelta(minutes=self.how.no_show_minutes)
         elif request.used_share is not None and self.how.early_stops:
             release_at = start + request.used_share * request.length
         if release_at is not None:
+            self.release_at[request.id] = max(release_at, now)
             heapq.heappush(self.events, (max(release_at, now), 0, request.id))
+
+    def _capacity_freed(self, now: datetime, freed_from: datetime, freed_until: datetime) -> None:
+        if self.how.waitlist:
+            self._serve_waitlist(now, freed_from, freed_until)
+
+    def _offer_start_early(self, now: datetime) -> None:
+        """The service offers capacity free now to upcoming bookings (soonest first); each
+        booking's user answers once, and one who accepts starts now (same length)."""
+        hours = self.how.start_early_hours
+        if hours is None:
+            return
+        slot = floor_to_grid(now, SLOT_MINUTES)
+        for booking in start_early_candidates(self.live.values(), self.pool.name, now,
+                                              timedelta(hours=hours)):
+            if booking.id in self.offered:
+                continue
+            others = [b for b in _overlapping(self.live, slot, booking.end) if b.id != booking.id]
+            found = start_early_interval(self.pool, booking, others, now, SLOT_MINUTES)
+            if found is None:
+                continue
+            self.offered.add(booking.id)
+            self.outcome.start_early_offers += 1
+            request = self.requests[booking.id]
+            if not request.starts_early:
+                continue
+            start, end, placement = found
+            moved = booking.with_changes(start=start, end=end, placement=placement)
+            self.live[booking.id] = self.outcome.admitted[booking.id] = moved
+            self.outcome.started_early += 1
+            self._schedule_release(request, start, now)
+            # what it leaves behind is free for the waitlist (not offered again: it is later)
+            self._capacity_freed(now, max(booking.start, end), booking.end)
 
     def _release(self, request: Request, now: datetime) -> tuple[datetime, datetime] | None:
         """Release the rest of the request's booking; the span freed, if any."""

@@ -26,6 +26,11 @@ Every distribution below is a parameter of :class:`TraceShape`; the defaults des
   (``waitlist_share``), asking for the first interval of the same length and amount that starts
   within 24 h (``wait_window_hours``) of the start first asked for; the wait expires at that
   latest start. Drawn from its own random stream, so the rest of the trace does not change.
+* **Start early** — when the service offers a user to start an upcoming booking now instead
+  (capacity freed by a release, see ``Lifecycle.start_early_hours``), the user accepts with
+  probability 0.25 (``start_early_share``), decided once per booking from its own random stream
+  and answered within the slot the offer is made in; the user of a no-show never accepts
+  (they are not there). The rest of the trace does not change.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class TraceShape:
     early_stop_range: tuple[float, float] = (0.3, 0.9)
     waitlist_share: float = 0.5
     wait_window_hours: int = 24
+    start_early_share: float = 0.25
 
     @property
     def semester_end(self) -> datetime:
@@ -102,6 +108,8 @@ class Request:
     used_share: float | None = None
     #: a refused user waits for the first free interval of the same length and amount
     joins_waitlist: bool = False
+    #: offered to start the booking early (capacity freed before its start), the user accepts
+    starts_early: bool = False
 
     @property
     def length(self) -> timedelta:
@@ -218,8 +226,12 @@ def generate(shape: TraceShape, seed: int, pool: Pool | None = None) -> Trace:
     requests.sort(key=lambda r: r.made_at)
     # its own stream: the waitlist share changes nothing else of the trace
     waits = random.Random(f"waitlist-{seed}")
+    early = random.Random(f"start-early-{seed}")
     numbered = [
-        Request(**{**r.__dict__, "id": n, "joins_waitlist": waits.random() < shape.waitlist_share})
+        Request(**{**r.__dict__, "id": n,
+                   "joins_waitlist": waits.random() < shape.waitlist_share,
+                   # drawn for every request, so the stream does not depend on the no-shows
+                   "starts_early": early.random() < shape.start_early_share and not r.no_show})
         for n, r in enumerate(requests, start=1)
     ]
     return Trace(shape=shape, pool=pool, requests=numbered, groups=groups)

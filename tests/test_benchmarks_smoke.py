@@ -51,17 +51,19 @@ def booking(node: str, gpus: tuple[int, ...], slices: int, start_hour: float, en
 def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
     output, results = run_script("lab_trace", tmp_path, "--seeds", "3,4")
 
-    assert "| replay " in output and "Targets (re-placing + waitlist), seeds 3, 4" in output
+    assert "| replay " in output and "Targets (re-placing + waitlist + start early), seeds 3, 4" in output
     assert "| offline optimum (ILP)" in output
     bound = results["bound_gpu_hours"]
     resolved = results["time_resolved_bound_gpu_hours"]
     assert 0 < resolved <= bound + 1e-6
     names = [r["replay"] for r in results["replays"]]
     assert names == [
-        "re-placing + waitlist", "best fit + waitlist", "best fit, no waitlist",
-        "first fit + waitlist", "whole GPUs, re-placing + waitlist",
-        "re-placing + waitlist, no-show 10 min", "re-placing + waitlist, no-show 30 min",
-        "re-placing + waitlist, no no-show release",
+        "re-placing + waitlist + start early", "re-placing + waitlist, no start early",
+        "best fit + waitlist", "best fit, no waitlist",
+        "first fit + waitlist", "whole GPUs, re-placing + waitlist + start early",
+        "re-placing + waitlist + start early, no-show 10 min",
+        "re-placing + waitlist + start early, no-show 30 min",
+        "re-placing + waitlist + start early, no no-show release",
     ]
     for replay in results["replays"]:
         assert replay["admitted_requests"] + replay["refused_requests"] == replay["requests"]
@@ -75,12 +77,14 @@ def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
         assert 0 <= replay["reused_gpu_hours"] <= replay["released_gpu_hours"] + 1e-9
         assert replay["released_gpu_hours"] <= replay["no_show_gpu_hours"] + 1e-9
         assert 0 <= replay["booked_from_waitlist"] <= replay["waited_requests"]
+        assert 0 <= replay["started_early"] <= replay["start_early_offers"]
         assert 0 < replay["fairness"] <= 1
         assert all(0 <= share <= 1 for share in replay["refused_share_by_amount"].values())
     by_name = {r["replay"]: r for r in results["replays"]}
     assert by_name["best fit, no waitlist"]["waited_requests"] == 0
     assert by_name["best fit + waitlist"]["moved_bookings"] == 0
-    never = by_name["re-placing + waitlist, no no-show release"]
+    assert by_name["re-placing + waitlist, no start early"]["start_early_offers"] == 0
+    never = by_name["re-placing + waitlist + start early, no no-show release"]
     assert never["released_gpu_hours"] == never["reused_gpu_hours"] == 0
 
     # the targets: exactly the six names, each on both seeds, the first seed's from its replays
@@ -90,7 +94,8 @@ def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
         "fragmentation_refusals_blocked_by_started", "no_show_reclaimed", "jain",
         "whole_gpu_gain",
     ]
-    product, whole = by_name["re-placing + waitlist"], by_name["whole GPUs, re-placing + waitlist"]
+    product = by_name["re-placing + waitlist + start early"]
+    whole = by_name["whole GPUs, re-placing + waitlist + start early"]
     first = {name: entry["seeds"]["3"] for name, entry in targets.items()}
     assert first == {
         "share_of_time_resolved_bound": product["share_of_time_resolved_bound"],

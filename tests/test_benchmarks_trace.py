@@ -119,6 +119,69 @@ def test_the_waitlist_draw_leaves_the_rest_of_the_trace_unchanged():
     assert any(r.joins_waitlist for r in with_waits.requests)
 
 
+# ---------------------------------------------------------------- start early
+
+# one GPU: a no-show holds it 09:00 to 13:00; user 2 booked it 14:00 to 16:00, user 3 from
+# 19:00 to 20:00 (more than 8 hours after the release)
+NO_SHOW_AND_LATER_BOOKINGS = (
+    request(1, -2, 0, 4, no_show=True),
+    request(2, -1.5, 5, 7, starts_early=True),
+    request(3, -1, 10, 11, starts_early=True),
+)
+
+
+def test_a_released_no_show_is_offered_to_the_next_booking_whose_user_starts_early():
+    trace = trace_of(ONE_GPU, *NO_SHOW_AND_LATER_BOOKINGS)
+    outcome = replay(trace, Replay("s", attempts=1, start_early_hours=8))
+
+    assert (outcome.start_early_offers, outcome.started_early) == (1, 1)
+    admitted = {i: (b.start, b.end) for i, b in outcome.admitted.items()}
+    assert admitted == {
+        1: (hours(0), hours(0.25)),
+        2: (hours(0.25), hours(2.25)),  # starts when the no-show is released, same length
+        3: (hours(10), hours(11)),  # beyond the 8 hours: not offered
+    }
+    # the moved booking uses 2 of the no-show's 4 GPU-hours
+    assert measure(trace, outcome)["no_show_reclaimed"] == 2 / 4
+
+
+def test_a_user_who_declines_keeps_the_booking_and_is_not_asked_again():
+    declining = [Request(**{**r.__dict__, "starts_early": False})
+                 for r in NO_SHOW_AND_LATER_BOOKINGS]
+    outcome = replay(trace_of(ONE_GPU, *declining), Replay("s", attempts=1, start_early_hours=8))
+    without = replay(trace_of(ONE_GPU, *NO_SHOW_AND_LATER_BOOKINGS), Replay("s", attempts=1))
+
+    assert (outcome.start_early_offers, outcome.started_early) == (1, 0)
+    assert outcome.admitted[2].start == without.admitted[2].start == hours(5)
+    assert without.start_early_offers == 0
+
+
+def test_a_booking_started_early_stops_early_from_its_new_start_and_frees_its_old_time():
+    # user 2 uses half of the booking; user 5 holds the GPU from 16:00 on, so user 4, who
+    # asks for 15:00 to 16:00, waits: the early start frees it
+    stopper = request(2, -1.5, 5, 7, starts_early=True, used_share=0.5)
+    holder = request(5, -1.2, 7, 40)
+    waiting = request(4, -1, 6, 7, joins_waitlist=True)
+    trace = trace_of(ONE_GPU, NO_SHOW_AND_LATER_BOOKINGS[0], stopper, holder, waiting)
+    outcome = replay(trace, Replay("s", attempts=1, start_early_hours=8))
+
+    assert (outcome.admitted[2].start, outcome.admitted[2].end) == (hours(0.25), hours(1.25))
+    assert (outcome.admitted[4].start, outcome.admitted[4].end) == (hours(6), hours(7))
+    assert (outcome.waited, outcome.from_waitlist, outcome.refused_requests) == (1, 1, 0)
+
+
+def test_the_start_early_draw_leaves_the_rest_of_the_trace_unchanged_and_skips_no_shows():
+    shape = TraceShape(users=5, weeks=1)
+    early = generate(shape, seed=7)
+    never = generate(TraceShape(users=5, weeks=1, start_early_share=0.0), seed=7)
+
+    strip = [{**r.__dict__, "starts_early": None} for r in early.requests]
+    assert strip == [{**r.__dict__, "starts_early": None} for r in never.requests]
+    assert any(r.starts_early for r in early.requests)
+    assert not any(r.starts_early for r in never.requests)
+    assert not any(r.starts_early and r.no_show for r in early.requests)
+
+
 # ---------------------------------------------------------------- moving upcoming bookings
 
 
@@ -145,7 +208,8 @@ def test_re_placing_moves_an_upcoming_booking_where_best_fit_refuses():
 def test_every_replay_of_a_generated_trace_keeps_every_gpu_within_its_slices():
     trace = generate(TraceShape(users=6, weeks=1), seed=3)
     for how in (Replay("re-placing", re_placing), Replay("best fit", best_fit),
-                Replay("whole", re_placing, whole_gpus=True, no_show_minutes=10)):
+                Replay("whole", re_placing, whole_gpus=True, no_show_minutes=10),
+                Replay("start early", re_placing, start_early_hours=8)):
         outcome = replay(trace, how)
         assert overbooked_instants(trace.pool, list(outcome.admitted.values())) == []
         numbers = measure(trace, outcome)
