@@ -161,7 +161,51 @@ class NoticesHandler(APIHandler):
         }
         notices = notices_json(bookings, now, rules.warn_before, minutes, own)
         notices += await recent_wait_notices(self, user, now - timedelta(hours=RELEASE_NOTICE_HOURS))
+        if lifecycle.start_early_hours:
+            # an admin reading another user's notices sees the offers by the default rules (no
+            # Hub look-up per read); accepting checks the user's own
+            groups = principal.groups if user == principal.name else ()
+            offers = await self.run_in_executor(lifecycle.early_starts.offers, user, groups)
+            notices += start_early_notices(offers)
         self.write_json({"notices": notices})
+
+
+def start_early_notices(offers: list[tuple[Booking, datetime, datetime]]) -> list[dict]:
+    """One notice per booking that could start now, with the times it would get."""
+    return [
+        {
+            "kind": "start_early",
+            "booking_id": booking.id,
+            "at": format_time(start),
+            "end": format_time(end),
+            "message": f"GPUs are free now: your booking #{booking.id} in pool {booking.pool} "
+            f"({_clock(booking.start)} to {booking.end:%H:%M}) can start at {start:%H:%M} and "
+            f"end at {end:%H:%M} UTC instead, keeping its length.",
+        }
+        for booking, start, end in offers
+    ]
+
+
+class StartEarlyHandler(APIHandler):
+    """``POST``: move an upcoming booking to start now, keeping its length (its owner or an
+    admin); the time it leaves goes to the waitlist at once."""
+
+    async def post(self, booking_id: str) -> None:
+        principal = self.require_principal()
+        booking = await self.readable_booking(booking_id)
+        if not principal.may_act_for(booking.user):
+            raise refusal(403, "Only the booking's owner or an administrator may move it.")
+        lifecycle = self.service.lifecycle
+        if not lifecycle.start_early_hours:
+            raise refusal(403, "This hub does not offer early starts.")
+        groups = (principal.groups if booking.user == principal.name else
+                  await self.service.hub_user_groups(booking.user))
+        moved = await self.run_in_executor(
+            lifecycle.early_starts.start_early, booking.id, principal.name, groups=groups,
+            is_admin=principal.is_admin,
+        )
+        await self.service.waitlist.capacity_freed([moved.pool])
+        self.write_json(self.booking_model(moved))
 
 
 class ReportHandler(APIHandler):
@@ -206,6 +250,7 @@ class HoldersHandler(APIHandler):
 def lifecycle_routes() -> list[tuple[str, type[web.RequestHandler]]]:
     return [
         ("api/users/{user}/notices", NoticesHandler),
+        ("api/bookings/{booking_id}/start-early", StartEarlyHandler),
         ("api/admin/report", ReportHandler),
         ("api/admin/holders", HoldersHandler),
     ]

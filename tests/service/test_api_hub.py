@@ -13,6 +13,7 @@ import httpx
 import pytest
 from hub_harness import RunningHub, new_postgres_database, postgres_reachable, start_booking_hub
 from icalendar import Calendar
+from test_service_wire_openapi import validator
 
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
 
@@ -460,3 +461,32 @@ def test_a_refused_request_waits_and_is_booked_when_a_booking_is_cancelled(hub):
     assert "no longer be withdrawn" in error(bob.delete(f"api/waits/{wait['id']}"), 409)
     for done in (booking["id"], blocking[1]["id"]):
         assert client(hub, "admin").delete(f"api/bookings/{done}").status_code == 200
+
+
+def test_a_booking_later_today_is_offered_the_free_gpus_now_and_starts_early(hub):
+    """a100 is free now (the other tests book it from the day after tomorrow): ada's booking in
+    two hours is offered an early start in her notices, and taking it moves the booking."""
+
+    later = floor_to_grid(datetime.now(timezone.utc), 15) + timedelta(hours=2)
+    ada = client(hub, "ada")
+    created = ada.post("api/bookings", json={"pool": "a100", "gpus": 1, "start": format_time(later),
+                                             "end": format_time(later + timedelta(hours=1))})
+    assert created.status_code == 201, created.text
+    booking = created.json()
+    notices = ada.get("api/users/ada/notices").json()["notices"]
+    [offer] = [n for n in notices if n["kind"] == "start_early"]
+    assert offer["booking_id"] == booking["id"] and validator("Notice").is_valid(offer)
+    assert offer["at"] < booking["start"]
+
+    path = f"api/bookings/{booking['id']}/start-early"
+    assert client(hub, "bob").post(path).status_code == 404
+    moved = ada.post(path)
+    assert moved.status_code == 200, moved.text
+    started = moved.json()
+    assert started["start"] < booking["start"] and started["state"] == "active"
+    length = datetime.fromisoformat(started["end"]) - datetime.fromisoformat(started["start"])
+    assert length == timedelta(hours=1)
+    assert "cannot start early" in error(ada.post(path), 409)
+    assert not [n for n in ada.get("api/users/ada/notices").json()["notices"]
+                if n["kind"] == "start_early"]
+    assert client(hub, "admin").delete(f"api/bookings/{booking['id']}").status_code == 200
