@@ -474,3 +474,23 @@ def test_ending_booking_shows_a_notice_and_admins_see_holders_and_the_report(hub
     )
     screenshot(admin_page, "admin-usage")
     admin_context.close()
+
+
+def test_free_gpus_are_offered_to_a_booking_later_today_which_starts_now_in_one_click(hub, context):
+    now = datetime.now(timezone.utc)
+    later = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0)
+    later += timedelta(hours=3)
+    booking = book_through_api(hub, "bob", "a100", 1, later, later + timedelta(hours=1))
+    page = open_page(context, hub, "bob")
+    notice = page.locator(f'#gb-notices [data-kind="start_early"][data-booking-id="{booking["id"]}"]')
+    notice.wait_for()
+    assert "GPUs are free now" in notice.inner_text()
+    notice.get_by_role("button", name=f"Start booking {booking['id']} now").click()
+    page.wait_for_function(
+        "() => document.querySelector('#gb-mine-feedback').textContent.includes('now runs')"
+    )
+    started = api_bookings(hub, "bob")[booking["id"]]
+    assert started["state"] == "active"
+    assert started["end"] < utc(later)  # the same hour, from now on
+    assert notice.count() == 0  # the notices were read again: no offer is left
+    hub.api(hub.user_token("bob")).delete(f"api/bookings/{booking['id']}").raise_for_status()

@@ -336,7 +336,17 @@ async function loadNotices() {
   $("gb-notices").replaceChildren(...notices.map((notice) => el("div", {
     class: `alert ${notice.kind === "ending_soon" ? "alert-warning" : "alert-info"}`,
     dataset: { kind: notice.kind, bookingId: notice.booking_id },
-  }, notice.message)));
+  }, notice.message, notice.kind === "start_early" ? startEarlyButton(notice) : null)));
+}
+
+// GPUs free now for a booking later today: one click moves it to start now (same length)
+function startEarlyButton(notice) {
+  return el("button", {
+    type: "button", class: "btn btn-sm btn-primary ms-2",
+    "aria-label": `Start booking ${notice.booking_id} now`,
+    onclick: () => act($("gb-mine-feedback"), () => api("POST", `bookings/${notice.booking_id}/start-early`),
+      (moved) => `Booking ${moved.id} now runs ${formatSpan(parseUtc(moved.start), parseUtc(moved.end))}.`),
+  }, "Start now");
 }
 
 // ---------------------------------------------------------------- administration
