@@ -53,11 +53,16 @@ class OpportunisticBookings:
         horizon_minutes: int,
         groups: Any = (),
         actor: str | None = None,
+        server: str | None = None,
     ) -> Booking:
         """A grant of ``gpus`` for ``user`` from now to the horizon, or the refusal to show.
 
         A user who already holds a running grant in the pool gets that one back, so a retried
-        start never stacks grants.
+        start never stacks grants. With ``server`` (a Hub server name) the grant is claimed for
+        it in the same transaction that creates it, so nothing (a pod the admission webhook
+        admits, another start) can take it in between; a running grant nobody holds is claimed
+        the same way, one held by another server comes back as it is (its holder is the
+        caller's to check, as for any claim).
         """
         pool_spec = self.store.pool(pool)
         amount = _amount(gpus)
@@ -81,6 +86,8 @@ class OpportunisticBookings:
                 )
             ).first()
             if running is not None:
+                if server is not None and running.server is None:
+                    work.bind(running, server)
                 return booking_from_row(running)
             bookings, windows = work.overlapping(pool, start, end)
             try:
@@ -100,7 +107,11 @@ class OpportunisticBookings:
                 groups=tuple(sorted(groups)),
                 opportunistic=True,
             )
-            return work.add_placed(request, actor or user, opportunistic=True)
+            granted = work.add_placed(request, actor or user, opportunistic=True)
+            if server is None:
+                return granted
+            # the new row, not yet visible to any other transaction, bound before the commit
+            return booking_from_row(work.bind(work.session.get(BookingRow, granted.id), server))
 
     def create_preempting(
         self, user: str, pool: str, gpus: Any, start: datetime, end: datetime, **options: Any

@@ -33,7 +33,7 @@ from .next_free import earliest_free
 from .queries import overlapping, page, state_filter
 from .session import begin_write
 from .unit_of_work import BookingChecks, UnitOfWork, clock_time
-from .usage import close_usage, open_usage
+from .usage import close_usage
 
 # How late a "book now" may arrive: one sent in a slot's last seconds still gets that slot when
 # it reaches the service just after the slot ended (network, a busy service, a browser's clock).
@@ -416,11 +416,7 @@ class BookingStore:
             taken_from = row.server
             if taken_from is not None and (taken_from != holder or holder_running is not False):
                 raise Conflict(f"This booking is already in use by server '{taken_from}'.")
-            row.server = server
-            row.claimed_at = row.updated = self.stamp()
-            open_usage(work.session, row, server, row.claimed_at)
-            work.record(row, row.user, "claimed", server=server, taken_over_from=taken_from)
-            return booking_from_row(row)
+            return booking_from_row(work.bind(row, server))
 
     def release(self, booking_id: int, server: str) -> Booking:
         """Unbind ``server`` from the booking; a server that does not hold it changes nothing."""

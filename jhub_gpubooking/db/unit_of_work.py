@@ -31,6 +31,7 @@ from ..core.timegrid import ceil_to_grid, format_time
 from .convert import booking_from_new_row, booking_from_row, booking_row
 from .models import BookingEventRow, BookingRow, PoolRow
 from .queries import overlapping, overlapping_besides, policy_context, rows_connection
+from .usage import open_usage
 
 if TYPE_CHECKING:
     from .store import BookingStore
@@ -291,6 +292,17 @@ class UnitOfWork(BookingChecks):
             **detail,
         ))
         return stored
+
+    def bind(self, row: BookingRow, server: str) -> BookingRow:
+        """Bind the locked booking ``row`` to ``server`` (taking it over from its holder, whom
+        the caller found stopped): the holder, the claim time, a usage interval and a "claimed"
+        event, all in this transaction. Returns ``row``."""
+        taken_from = row.server
+        row.server = server
+        row.claimed_at = row.updated = self.store.stamp()
+        open_usage(self.session, row, server, row.claimed_at)
+        self.record(row, row.user, "claimed", server=server, taken_over_from=taken_from)
+        return row
 
     def cancel(self, row: BookingRow, actor: str | None, **detail: Any) -> None:
         """Cancel the locked booking ``row`` as :func:`~..core.policy.cancel_outcome` says: an

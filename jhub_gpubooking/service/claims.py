@@ -4,7 +4,8 @@
 :func:`claim_in_pool`, which does here what the spawner used to do over three requests: read the
 user's active bookings, pick the candidates by the one rule of :mod:`..core.choice` (the user's
 choice, else the booking this server holds, then unused ones running longest, then the largest),
-fall back to an opportunistic grant when there is none, and claim the first one that is free.
+fall back to an opportunistic grant when there is none (created already claimed, in one
+transaction), and claim the first one that is free.
 
 The Hub is asked whether a holder still runs only when a candidate has a holder other than this
 server (:func:`holder_check`): the common start — a booking nobody holds, or the one this server
@@ -101,7 +102,10 @@ async def claim_in_pool(
     candidates = [by_id[b["id"]] for b in claim_order(current_bookings(wire, pool.name, now),
                                                         server, chosen)]
     if not candidates:
-        candidates = [await _opportunistic_grant(service, user, pool, actor)]
+        grant = await _opportunistic_grant(service, user, pool, server, actor)
+        if grant.server == server:
+            return grant  # created (or found unheld) and claimed in one transaction
+        candidates = [grant]  # a running grant another server holds: checked like any claim
     first_conflict: tuple[Booking, Conflict] | None = None
     for booking in candidates:
         try:
@@ -116,8 +120,11 @@ async def claim_in_pool(
     raise PoolClaimRefused(409, IN_USE, conflict.message, holder=booking.server)
 
 
-async def _opportunistic_grant(service: Any, user: str, pool: Pool, actor: str | None) -> Booking:
-    """Without an active booking, a grant on GPUs nobody booked, when the service allows it."""
+async def _opportunistic_grant(
+    service: Any, user: str, pool: Pool, server: str, actor: str | None
+) -> Booking:
+    """Without an active booking, a grant on GPUs nobody booked, when the service allows it,
+    claimed for ``server`` as it is created."""
     opportunistic = service.opportunistic
     not_booked = f"{user} has no active booking in the GPU pool {pool.name} right now."
     if not opportunistic.opportunistic_enabled:
@@ -128,7 +135,8 @@ async def _opportunistic_grant(service: Any, user: str, pool: Pool, actor: str |
         # without the user's groups no grant can be checked: the user simply has no booking
         raise PoolClaimRefused(403, NOT_BOOKED, not_booked) from None
     try:
-        return await opportunistic.grant(user, pool.name, groups=groups, actor=actor)
+        return await opportunistic.grant(user, pool.name, groups=groups, actor=actor,
+                                         server=server)
     except BookingError as refused:
         if refused.status == 409:
             raise PoolClaimRefused(409, NONE_FREE, refused.message) from None

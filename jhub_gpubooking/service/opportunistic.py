@@ -53,15 +53,17 @@ class Opportunistic(LoggingConfigurable):
         self.bookings = OpportunisticBookings(self.store, self.lifecycle.bookings)
 
     async def grant(
-        self, user: str, pool: str, gpus: Any = None, *, groups: Any = (), actor: str | None = None
+        self, user: str, pool: str, gpus: Any = None, *, groups: Any = (), actor: str | None = None,
+        server: str | None = None,
     ) -> Booking:
         """A grant of ``gpus`` (default ``opportunistic_gpus``) for ``user`` in ``pool`` from now
-        through the horizon, or the store's refusal (403 policy, 409 nothing free)."""
+        through the horizon, or the store's refusal (403 policy, 409 nothing free); with
+        ``server``, claimed for that Hub server in the same transaction."""
         amount = parse_amount(self.opportunistic_gpus if gpus is None else gpus)
         return await asyncio.get_running_loop().run_in_executor(
             self.executor,
             partial(self.bookings.grant, user, pool, amount, self.opportunistic_horizon_minutes,
-                    groups=groups, actor=actor),
+                    groups=groups, actor=actor, server=server),
         )
 
     async def create_booking(self, user: str, pool: str, gpus, start, end, **options) -> Booking:

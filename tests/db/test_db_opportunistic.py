@@ -11,6 +11,7 @@ from db_test_times import at
 from jhub_gpubooking.core.errors import Conflict, NoCapacity, PolicyViolation
 from jhub_gpubooking.core.lifecycle import LifecycleRules
 from jhub_gpubooking.core.model import BookingState
+from jhub_gpubooking.db.accounting import running_usage
 from jhub_gpubooking.db.lifecycle import BookingLifecycle
 from jhub_gpubooking.db.opportunistic import OpportunisticBookings
 
@@ -48,6 +49,31 @@ def test_asking_again_returns_the_running_grant(store):
     first = opportunistic(store).grant("ada", "a100", 1, HORIZON)
     again = opportunistic(store).grant("ada", "a100", 1, HORIZON)
     assert again.id == first.id
+    assert len(store.list(user="ada")) == 1
+
+
+def test_a_grant_for_a_server_is_created_already_claimed(store):
+    """One transaction creates and claims it: no moment exists in which it is unheld, so a pod
+    the admission webhook admits (or another start) cannot take it first."""
+    grant = opportunistic(store).grant("ada", "a100", 1, HORIZON, server="gpu")
+    stored = store.get(grant.id)
+    assert (grant.server, stored.server, stored.opportunistic) == ("gpu", "gpu", True)
+    assert [e.kind for e in store.history(grant.id)] == ["created", "claimed"]
+    assert store.history(grant.id)[1].detail == {"server": "gpu", "taken_over_from": None}
+    assert running_usage(store)[grant.id].start == at(10, 5)
+    with pytest.raises(Conflict) as taken:
+        store.claim(grant.id, "pod:default/eager")
+    assert taken.value.message == "This booking is already in use by server 'gpu'."
+
+
+def test_a_running_grant_is_claimed_for_a_server_only_when_nobody_holds_it(store):
+    unheld = opportunistic(store).grant("ada", "a100", 1, HORIZON)
+    claimed = opportunistic(store).grant("ada", "a100", 1, HORIZON, server="gpu")
+    assert (claimed.id, claimed.server) == (unheld.id, "gpu")
+    # another server gets the grant back as it is: whether "gpu" still runs is the caller's check
+    other = opportunistic(store).grant("ada", "a100", 1, HORIZON, server="other")
+    assert (other.id, other.server) == (unheld.id, "gpu")
+    assert [e.kind for e in store.history(unheld.id)] == ["created", "claimed"]
     assert len(store.list(user="ada")) == 1
 
 

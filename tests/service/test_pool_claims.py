@@ -13,6 +13,7 @@ from tornado.netutil import bind_sockets
 from traitlets.config import Config
 
 from jhub_gpubooking.core.clock import ManualClock
+from jhub_gpubooking.core.errors import Conflict
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.claims import (
     IN_USE,
@@ -181,6 +182,31 @@ async def test_without_a_booking_an_opportunistic_grant_is_claimed(gate):
     assert claimed.opportunistic and claimed.server == "gpu"
     assert claimed.user == "ada" and claimed.amount == 1
     assert asked == ["ada"]  # the user's groups decide which pools a grant may use
+
+
+async def test_a_pod_admitted_right_after_the_grant_cannot_take_it(gate):
+    """The grant is created claimed: a pod the webhook admits the moment it is committed finds
+    it held, and the start that asked for it gets it (two transactions used to let the pod in
+    between, and the start was refused 409)."""
+    service, _servers, _asked = gate
+    service.opportunistic.opportunistic_enabled = True
+    bookings = service.opportunistic.bookings
+    grant_once = bookings.grant
+    pod_claims = []
+
+    def grant_then_a_pod_claims(*args, **kwargs):
+        granted = grant_once(*args, **kwargs)
+        try:
+            pod_claims.append(service.store.claim(granted.id, "pod:default/eager"))
+        except Conflict as refused:
+            pod_claims.append(refused.message)
+        return granted
+
+    bookings.grant = grant_then_a_pod_claims
+    claimed = await claim(service, "gpu")
+    assert (claimed.opportunistic, claimed.server) == (True, "gpu")
+    assert pod_claims == ["This booking is already in use by server 'gpu'."]
+    assert service.store.get(claimed.id).server == "gpu"
 
 
 async def test_without_a_booking_and_nothing_free_the_reason_says_so(gate):
