@@ -15,15 +15,18 @@ the executor thread, the JSON answer.
 
 Measured, per database (SQLite in a temporary file, PostgreSQL when the server answers):
 
-- **create**: ``POST api/bookings``, each for another hour, so none is refused;
+- **create**: ``POST api/bookings``, each for another hour, so none is refused; with the SQL
+  statements the service sent per create (SQLAlchemy's ``before_cursor_execute``; the COMMIT
+  and the pool's connection ping are not counted);
 - **list**: the user's ``GET api/bookings`` as the booking page asks for it (``start`` = now)
   and as the Hub's spawner asks for it (``state=upcoming``), and the whole list's first page
   (no filter, ``limit=10``), once with 10 past bookings and once with ``--history`` past
   bookings of the same user (target: at most 2x).
 
 ``--profile N`` prints the N functions of the creates with the most CPU time of their own
-(cProfile, CPU clock). cProfile sees the event loop's thread only: the executor thread's database
-work shows up as time in ``epoll``'s poll while the loop waits for it.
+(cProfile, CPU clock), twice: the event loop's thread (HTTP, identity, handler, JSON), where
+the executor's database work shows up as time in ``epoll``'s poll while the loop waits for it,
+then the executor threads (each task under its own profiler, the thread's CPU clock).
 """
 
 from __future__ import annotations
@@ -36,12 +39,13 @@ import json
 import multiprocessing
 import pstats
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from sqlalchemy import insert
+from sqlalchemy import event, insert
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
@@ -123,6 +127,13 @@ class Harness:
         sockets = bind_sockets(0, "127.0.0.1")
         self.server = HTTPServer(self.service.tornado_app)
         self.server.add_sockets(sockets)
+        #: SQL statements the service sent to the database (each a round trip on a server)
+        self.statements = 0
+
+        def count(*_args) -> None:
+            self.statements += 1
+
+        event.listen(self.service.db_engine, "before_cursor_execute", count)
         self.connection, child_end = multiprocessing.Pipe()
         self.client = multiprocessing.get_context("spawn").Process(
             target=run_client, args=(sockets[0].getsockname()[1], child_end), daemon=True)
@@ -164,6 +175,40 @@ class Harness:
         return used, answers
 
 
+class ExecutorProfile:
+    """Profiles every task the service's executor runs while enabled: a profiler per worker
+    thread (cProfile follows one thread), on that thread's CPU clock."""
+
+    def __init__(self, executor):
+        self.enabled = False
+        self.profiles: list[cProfile.Profile] = []
+        self._local = threading.local()
+        submit = executor.submit
+
+        def profiled_submit(function, *args, **kwargs):
+            if not self.enabled:
+                return submit(function, *args, **kwargs)
+            return submit(self._run, function, *args, **kwargs)
+
+        executor.submit = profiled_submit
+
+    def _run(self, function, *args, **kwargs):
+        profile = getattr(self._local, "profile", None)
+        if profile is None:
+            profile = self._local.profile = cProfile.Profile(time.thread_time)
+            self.profiles.append(profile)
+        profile.enable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            profile.disable()
+
+    def print_stats(self, top: int) -> None:
+        if self.profiles:
+            stats = pstats.Stats(*self.profiles)
+            stats.sort_stats("tottime").print_stats(top)
+
+
 def add_history(engine, count: int, now: datetime) -> None:
     """``count`` past quarter-GPU bookings of the user, one a day back from yesterday."""
     rows = []
@@ -192,16 +237,24 @@ def measure_backend(backend: str, db_urls: dict[str, str], creates: int, history
         bookings_path = f"{PREFIX}api/bookings"
         warm = [("GET", f"{PREFIX}api/pools", None)]
         harness.serve(warm)
-        profile = cProfile.Profile(time.process_time) if profile_top else None
+        profile = cProfile.Profile(time.thread_time) if profile_top else None
+        executor_profile = ExecutorProfile(harness.service.executor) if profile_top else None
         create_seconds = cancel_seconds = 0.0
+        create_statements = 0
         latencies = []
         for n in range(creates):
             start = tomorrow + timedelta(hours=n % (24 * 5))
             body = {"pool": POOL, "gpus": "1/4", "start": format_time(start),
                     "end": format_time(start + timedelta(hours=1))}
             began = time.perf_counter()
+            statements_before = harness.statements
+            if executor_profile is not None:
+                executor_profile.enabled = True
             used, [(status, booking)] = harness.serve([("POST", bookings_path, body)], profile)
+            if executor_profile is not None:
+                executor_profile.enabled = False
             latencies.append((time.perf_counter() - began) * 1000)
+            create_statements += harness.statements - statements_before
             if status != 201:
                 raise RuntimeError(f"create answered {status}: {booking}")
             create_seconds += used
@@ -211,9 +264,12 @@ def measure_backend(backend: str, db_urls: dict[str, str], creates: int, history
             cancel_seconds += used
         result["create_cpu_ms"] = create_seconds * 1000 / creates
         result["cancel_cpu_ms"] = cancel_seconds * 1000 / creates
+        result["create_statements"] = create_statements / creates
         if profile is not None:
-            stats = pstats.Stats(profile)
-            stats.sort_stats("tottime").print_stats(profile_top)
+            print(f"{backend}: creates, the event loop's thread")
+            pstats.Stats(profile).sort_stats("tottime").print_stats(profile_top)
+            print(f"{backend}: creates, the executor's threads")
+            executor_profile.print_stats(profile_top)
     finally:
         harness.close()
     for size, key in ((10, "small"), (history, "large")):
@@ -274,9 +330,10 @@ def main(argv: list[str] | None = None) -> int:
                                            args.lists, args.profile))
     print()
     print(markdown_table(
-        ["backend", "creates", "service CPU ms/create", "service CPU ms/cancel", "create p50 ms"],
-        [[r["backend"], r["creates"], r["create_cpu_ms"], r["cancel_cpu_ms"],
-          r["create_wall_p50_ms"]] for r in results],
+        ["backend", "creates", "service CPU ms/create", "SQL statements/create",
+         "service CPU ms/cancel", "create p50 ms"],
+        [[r["backend"], r["creates"], r["create_cpu_ms"], r["create_statements"],
+          r["cancel_cpu_ms"], r["create_wall_p50_ms"]] for r in results],
     ))
     print()
     print(markdown_table(
