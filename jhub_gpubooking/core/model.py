@@ -106,6 +106,9 @@ class Pool:
         object.__setattr__(self, "nodes", dict(self.nodes))
         object.__setattr__(self, "gpu_uuids", {k: tuple(v) for k, v in self.gpu_uuids.items()})
         object.__setattr__(self, "node_selector", dict(self.node_selector))
+        # amount -> slices of the amounts this pool gave already (only bookable ones, so at
+        # most its largest node's GPUs times slices_per_gpu entries): a create asks 4 times
+        object.__setattr__(self, "_slices_by_amount", {})
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Pool:
@@ -145,6 +148,9 @@ class Pool:
     def amount_to_slices(self, amount: Fraction) -> int:
         """Slices needed for ``amount`` GPUs; refuses amounts this pool cannot give (also more
         GPUs than its largest node has)."""
+        known = self._slices_by_amount.get(amount)
+        if known is not None:
+            return known
         slices = self.slices_of(amount)
         max_gpus = max(self.nodes.values())
         if Fraction(amount) > max_gpus:
@@ -152,6 +158,7 @@ class Pool:
                 f"Pool {self.display_name} has at most {max_gpus} GPU(s) on one node; a booking "
                 f"of {format_amount(amount)} GPUs cannot be placed on a single node."
             )
+        self._slices_by_amount[Fraction(amount)] = slices
         return slices
 
     def nearest_amounts(self, amount: Fraction) -> list[Fraction]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, and_, bindparam, case, or_, select
+from sqlalchemy import Connection, and_, bindparam, case, literal_column, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from ..core import policy as booking_policy
@@ -39,6 +39,15 @@ USER_BOOKINGS_AFTER = select(_bookings).where(
     _bookings.c.user == bindparam("user"),
     _bookings.c.end > bindparam("horizon"),
     _bookings.c.status == "booked",
+)
+#: :data:`USER_BOOKINGS_AFTER` and :data:`OVERLAPPING_BOOKINGS` in one round trip (each part
+#: keeps its own index), every row tagged with its part: 0 the user's, 1 the pool's.
+USER_PART, POOL_PART = 0, 1
+USER_AND_OVERLAPPING_BOOKINGS = union_all(
+    select(literal_column(str(USER_PART)).label("part"), *_bookings.c).where(
+        *USER_BOOKINGS_AFTER.whereclause.clauses),
+    select(literal_column(str(POOL_PART)).label("part"), *_bookings.c).where(
+        *OVERLAPPING_BOOKINGS.whereclause.clauses),
 )
 
 
@@ -98,11 +107,18 @@ def overlapping(
     ended early ("End now") frees its GPUs for a booking of the current slot at once.
     """
     connection = rows_connection(session)
-    bookings = connection.execute(
-        OVERLAPPING_BOOKINGS, {"pool": pool, "after": max(as_utc(start), now), "end": end}
-    )
+    bookings = connection.execute(OVERLAPPING_BOOKINGS, _overlap_parameters(pool, start, end, now))
+    return [booking_from_row(b) for b in bookings], _windows(connection, pool, start, end)
+
+
+def _overlap_parameters(pool: str, start: datetime, end: datetime, now: datetime) -> dict:
+    return {"pool": pool, "after": max(as_utc(start), now), "end": end}
+
+
+def _windows(connection: Connection, pool: str, start: datetime,
+             end: datetime) -> list[MaintenanceWindow]:
     windows = connection.execute(OVERLAPPING_WINDOWS, {"pool": pool, "start": start, "end": end})
-    return [booking_from_row(b) for b in bookings], [maintenance_from_row(w) for w in windows]
+    return [maintenance_from_row(w) for w in windows]
 
 
 def overlapping_besides(
@@ -141,6 +157,35 @@ def policy_context(
     """The user's bookings that can matter to the policy: all future ones, and past ones
     only as far back as the cooldown and the budget periods reach (not the whole history).
     Opportunistic grants are left out: a best-effort use must not block a real booking."""
+    rows = rows_connection(session).execute(
+        USER_BOOKINGS_AFTER, _policy_parameters(policy, request, now)
+    )
+    return [booking_from_row(row) for row in rows if _counts_for_policy(row, request)]
+
+
+def policy_context_and_overlapping(
+    session: Session, policy: booking_policy.Policy, request: Booking, now: datetime,
+    read_at: datetime,
+) -> tuple[list[Booking], list[Booking], list[MaintenanceWindow]]:
+    """:func:`policy_context` at ``now`` and :func:`overlapping` for ``request``'s interval at
+    ``read_at`` (the time of the read), the bookings of both in one round trip: (the user's
+    bookings for the policy, the pool's bookings, the pool's maintenance windows)."""
+    connection = rows_connection(session)
+    rows = connection.execute(USER_AND_OVERLAPPING_BOOKINGS, {
+        **_policy_parameters(policy, request, now),
+        **_overlap_parameters(request.pool, request.start, request.end, read_at),
+    })
+    others, bookings = [], []
+    for row in rows:
+        if row.part == POOL_PART:
+            bookings.append(booking_from_row(row))
+        elif _counts_for_policy(row, request):
+            others.append(booking_from_row(row))
+    return others, bookings, _windows(connection, request.pool, request.start, request.end)
+
+
+def _policy_parameters(policy: booking_policy.Policy, request: Booking, now: datetime) -> dict:
+    """The user and the horizon of the user's bookings the policy reads (see policy_context)."""
     horizon = min(now, request.start)
     if policy.cooldown_minutes:
         horizon = min(horizon, request.start - timedelta(minutes=policy.cooldown_minutes))
@@ -148,9 +193,8 @@ def policy_context(
         for when in (now, request.start):
             period_start, _ = booking_policy.period_bounds(policy.budget_period, when)
             horizon = min(horizon, period_start)
-    rows = rows_connection(session).execute(
-        USER_BOOKINGS_AFTER, {"user": request.user, "horizon": horizon}
-    )
-    return [
-        booking_from_row(row) for row in rows if row.id != request.id and not row.opportunistic
-    ]
+    return {"user": request.user, "horizon": horizon}
+
+
+def _counts_for_policy(row, request: Booking) -> bool:
+    return row.id != request.id and not row.opportunistic

@@ -30,14 +30,27 @@ from ..core.model import Booking, BookingState, MaintenanceWindow, Placement
 from ..core.timegrid import ceil_to_grid, format_time
 from .convert import booking_from_new_row, booking_from_row, booking_row
 from .models import BookingEventRow, BookingRow, PoolRow
-from .queries import overlapping, overlapping_besides, policy_context, rows_connection
+from .queries import (
+    overlapping,
+    overlapping_besides,
+    policy_context,
+    policy_context_and_overlapping,
+    rows_connection,
+)
 from .usage import open_usage
 
 if TYPE_CHECKING:
     from .store import BookingStore
 
 _pools = PoolRow.__table__
-LOCK_POOL = select(_pools.c.name).where(_pools.c.name == bindparam("name")).with_for_update()
+#: The pool rows ``names`` locked, in name order (the row locks are taken as the sorted rows
+#: are read: one statement, one round trip, the same order as one lock after another).
+LOCK_POOLS = (
+    select(_pools.c.name)
+    .where(_pools.c.name.in_(bindparam("names", expanding=True)))
+    .order_by(_pools.c.name)
+    .with_for_update()
+)
 INSERT_BOOKING = insert(BookingRow.__table__)
 INSERT_EVENT = insert(BookingEventRow.__table__)
 
@@ -67,10 +80,13 @@ class BookingChecks:
         """What holds capacity of ``pool`` in [start, end): see :func:`.queries.overlapping`."""
         return overlapping(self.session, pool, start, end, self.store.now())
 
-    def check_rules(self, request: Booking, groups: Any, now: datetime, check: Callable) -> None:
-        """The policy ``check`` (check_booking / check_end_change), then the budget book's."""
+    def check_rules(self, request: Booking, groups: Any, now: datetime, check: Callable,
+                    others: list[Booking] | None = None) -> None:
+        """The policy ``check`` (check_booking / check_end_change), then the budget book's.
+        ``others``: the user's bookings for the policy, when the caller read them already."""
         policy = self.store.policy_for(groups)
-        others = policy_context(self.session, policy, request, now)
+        if others is None:
+            others = policy_context(self.session, policy, request, now)
         budgets = self.store.budgets
         if budgets is None:
             return check(policy, request, others, now)
@@ -170,24 +186,26 @@ class UnitOfWork(BookingChecks):
                 f"Pool {wanted[0]!r} would be locked after {max(self._locked)!r}, out of name "
                 "order; lock every pool the unit of work needs when it starts."
             )
+        if not wanted:
+            return
         connection = rows_connection(self.session)
         # SQLite has no row locks: the transaction's BEGIN IMMEDIATE already holds the whole
         # database, and the SELECT would only tell whether the pool's row exists, which a pool
         # this store synced is known to (pool rows are never deleted)
-        skip_known = connection.dialect.name == "sqlite"
-        for name in wanted:
-            if skip_known and name in self.store.synced_pools:
-                self._locked.append(name)
-                continue
-            locked = connection.execute(LOCK_POOL, {"name": name}).scalar_one_or_none()
-            if locked is None and name in self.store.pools:
+        if connection.dialect.name == "sqlite":
+            to_read = [name for name in wanted if name not in self.store.synced_pools]
+        else:
+            to_read = wanted
+        found = set(connection.execute(LOCK_POOLS, {"names": to_read}).scalars()) if to_read else set()
+        for name in to_read:
+            if name not in found and name in self.store.pools:
                 # a setup bug, not a user error: the service must sync pools before serving
                 raise RuntimeError(
                     f"Pool {name!r} is configured but not in the database: call sync_pools()."
                 )
-            if locked is None:
+            if name not in found:
                 raise NotFound(f"There is no GPU pool named {name!r}.")
-            self._locked.append(name)
+        self._locked.extend(wanted)
 
     def pool_of(self, booking_id: int) -> str:
         """The name of the pool a booking belongs to (a booking never changes pools)."""
@@ -223,10 +241,14 @@ class UnitOfWork(BookingChecks):
         """Check policy and budgets (not for admins), place ``request`` on the GPUs with the
         least waste and add it; raises the refusal a user would see. Its pool must be locked
         (and every pool a rule counts across, see ``BookingStore.pools_for_rules``)."""
-        if not is_admin:
-            self.check_rules(request, groups, now, booking_policy.check_booking)
+        if is_admin:
+            bookings, windows = self.overlapping(request.pool, request.start, request.end)
+        else:
+            # the user's bookings and the pool's in one round trip, then the rules
+            others, bookings, windows = policy_context_and_overlapping(
+                self.session, self.store.policy_for(groups), request, now, self.store.now())
+            self.check_rules(request, groups, now, booking_policy.check_booking, others)
         pool_spec = self.store.pools[request.pool]
-        bookings, windows = self.overlapping(request.pool, request.start, request.end)
         placed = placing.fit(
             pool_spec, bookings, request.start, request.end, request.amount, windows
         )

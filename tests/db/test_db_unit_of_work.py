@@ -77,7 +77,7 @@ def test_pools_are_locked_in_name_order(store, engine):
 
     def capture(conn, cursor, statement, parameters, context, executemany):
         if "FROM pools" in statement:
-            locked.append(parameters)
+            locked.append((" ".join(statement.split()), parameters))
 
     event.listen(engine, "before_cursor_execute", capture)
     try:
@@ -89,9 +89,10 @@ def test_pools_are_locked_in_name_order(store, engine):
         # no row locks: BEGIN IMMEDIATE holds the database, and synced pools' rows exist
         assert locked == []
         return
-    # one lock statement per pool, in the order the names sort in (not the order asked)
-    assert len(locked) == 2
-    assert "a100" in str(locked[0]) and "t4" in str(locked[1])
+    # one statement locks both rows, read (and so locked) in the order the names sort in
+    [(statement, parameters)] = locked
+    assert statement.endswith("ORDER BY pools.name FOR UPDATE")
+    assert "a100" in str(parameters) and "t4" in str(parameters)
 
 
 def test_a_pool_sorting_before_a_held_one_is_refused_before_it_waits(store):
@@ -116,3 +117,29 @@ def test_lock_booking_locks_the_bookings_pool_first(store):
 def test_an_unknown_pool_is_not_found(store):
     with pytest.raises(NotFound, match="no GPU pool named 'h100'"), store.unit_of_work(["h100"]):
         pass
+
+
+def test_the_creates_one_read_finds_what_the_two_reads_find(store, clock):
+    """``place`` reads the user's bookings (for the policy) and the pool's (for capacity) in
+    one statement: the same bookings as the two reads, each in its part."""
+    from datetime import timedelta
+
+    from jhub_gpubooking.db.queries import overlapping, policy_context, policy_context_and_overlapping
+
+    store.create("ada", "t4", 1, at(10), at(11))  # ada's, in the request's pool and interval
+    store.create("ada", "a100", 1, at(13), at(14))  # ada's, elsewhere
+    store.create("bob", "t4", 1, at(11), at(13))  # the pool's, not ada's
+    store.create("bob", "t4", 1, at(14), at(15))  # neither
+    clock.advance(timedelta(hours=-1))
+    store.create("ada", "a100", 1, at(9, 15), at(9, 30))  # ada's, before the policy's horizon
+    clock.advance(timedelta(hours=1))
+    policy = store.policy_for(())
+    asked = request("ada", "t4", 1, 10, 12)
+    now = store.now()
+    with store.read_transaction() as session:
+        others, bookings, windows = policy_context_and_overlapping(session, policy, asked, now, now)
+        apart = (policy_context(session, policy, asked, now),
+                 *overlapping(session, "t4", asked.start, asked.end, now))
+    assert (others, bookings, windows) == apart
+    assert sorted((b.user, b.start.hour) for b in others) == [("ada", 10), ("ada", 13)]
+    assert sorted((b.user, b.start.hour) for b in bookings) == [("ada", 10), ("bob", 11)]
