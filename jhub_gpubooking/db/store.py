@@ -392,13 +392,19 @@ class BookingStore:
         booking_id: int,
         server: str,
         is_running: Callable[[str], bool | None] | None = None,
+        read: Booking | None = None,
     ) -> Booking:
-        """Bind an active booking to ``server``; take it over only from a server known stopped."""
-        holder = self.get(booking_id).server
-        # ask about the other server before locking: the answer may take a Hub round trip
-        holder_running = None
-        if holder is not None and holder != server and is_running is not None:
-            holder_running = is_running(holder)  # None: unknown, which is not "stopped"
+        """Bind an active booking to ``server``; take it over only from a server known stopped.
+
+        ``read`` is the booking as the caller has just read it: its holder is the one
+        ``is_running`` is asked about, so the store need not read it again (under the lock, a
+        holder other than that one still refuses)."""
+        holder = holder_running = None
+        if is_running is not None:
+            # ask about the other server before locking: the answer may take a Hub round trip
+            holder = (read if read is not None else self.get(booking_id)).server
+            if holder is not None and holder != server:
+                holder_running = is_running(holder)  # None: unknown, which is not "stopped"
         now = self.now()
         with self.unit_of_work() as work:
             row = work.lock_booking(booking_id)

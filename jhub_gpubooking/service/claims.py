@@ -111,7 +111,7 @@ async def claim_in_pool(
         try:
             return await in_executor(
                 service.store.claim, booking.id, server,
-                is_running=holder_check(service, booking, loop),
+                is_running=holder_check(service, booking, loop), read=booking,
             )
         except Conflict as conflict:
             # held by a running server, or ended since the read: the next candidate may be free
