@@ -274,6 +274,26 @@ def test_claim_release_and_takeover(store):
     ]
 
 
+def test_a_claim_asks_about_the_holder_of_the_booking_as_the_caller_read_it(store):
+    booking = store.create("alice", "a100", 1, at(10), at(12))
+    unheld = store.get(booking.id)
+    store.claim(booking.id, "training")
+    asked = []
+
+    def stopped(server):
+        asked.append(server)
+        return False
+
+    # read before "training" claimed it: nobody to ask about, and under the lock the holder
+    # found is not the one the caller knew stopped, so nothing is taken over
+    with pytest.raises(Conflict, match="already in use by server 'training'"):
+        store.claim(booking.id, "notebook", is_running=stopped, read=unheld)
+    assert asked == []
+    held = store.get(booking.id)
+    assert store.claim(booking.id, "notebook", is_running=stopped, read=held).server == "notebook"
+    assert asked == ["training"]
+
+
 def test_only_active_bookings_can_be_claimed(store, clock):
     upcoming = store.create("alice", "a100", 1, at(11), at(12))
     with pytest.raises(Conflict) as refused:
