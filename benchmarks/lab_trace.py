@@ -1,9 +1,10 @@
 """Lab-trace simulation: a semester of bookings replayed against the booking core.
 
-Run from the repository root (a few minutes on 2 cores; ``--tiny`` takes seconds)::
+Run from the repository root (a few minutes on 2 cores, plus 0.5-1 s per refusal the ILP decides,
+about 1,000 per seed: ``--exact-sample 150`` decides a sample; ``--tiny`` takes seconds)::
 
     python -m benchmarks.lab_trace [--seeds 1,2,3,4] [--users 48] [--weeks 16] [--load 0.85]
-                                   [--json results.json]
+                                   [--exact-sample N] [--json results.json]
 
 The trace (users, groups, amounts, lengths, lead times, no-shows, early stops, patience, who
 joins the waitlist) is described in :mod:`benchmarks.tracegen`; the replays in
@@ -34,7 +35,9 @@ attempt), split into *capacity* (less than the requested amount free at some mom
 interval) and *fragmentation* (enough free in total at every moment, but no single GPU / node
 holds it: *spatial* if some moment has no GPU or node with room, *temporal* if every moment has
 one but not the same one throughout), and among those the ones *blocked by started bookings*
-(the request does not fit even with every upcoming booking gone, so no move can help); GPU-hours
+(the request does not fit even with every upcoming booking gone, so no move can help), and, for
+the target replay, the others decided exactly by an ILP each (:mod:`.avoidable`: could some
+re-placement of the upcoming bookings have let the request in?); GPU-hours
 of no-shows reused by later bookings; Jain's fairness index of the share of demand served per
 user, over the requests made while the pool was at least 75% booked over their interval.
 """
