@@ -15,8 +15,21 @@ from fractions import Fraction
 
 from .errors import NoCapacity
 from .model import Booking, MaintenanceWindow, Pool
-from .placement import UsageTable
-from .timegrid import as_utc, ceil_to_grid
+from .placement import Held, UsageTable, held
+from .timegrid import EPOCH, as_utc
+
+#: The search's unit of time: whole microseconds since the epoch are exact for every stored
+#: time, and far cheaper than datetimes to compare, hash and round to the grid.
+MICROSECOND = timedelta(microseconds=1)
+
+
+def to_micros(when: datetime) -> int:
+    """``when`` (aware) as whole microseconds since the epoch."""
+    return (when - EPOCH) // MICROSECOND
+
+
+def from_micros(micros: int) -> datetime:
+    return EPOCH + micros * MICROSECOND
 
 
 def earliest_fit(
@@ -35,17 +48,35 @@ def earliest_fit(
     ``existing`` and ``maintenance`` must hold everything of ``pool`` that touches
     [earliest, latest + length).
     """
-    earliest, latest = as_utc(earliest), as_utc(latest)
-    if latest < earliest:
+    holding = [(to_micros(begin), to_micros(end), node, indices, slices)
+               for begin, end, node, indices, slices in held(pool, existing, maintenance)]
+    return earliest_fit_held(pool, holding, amount, length, as_utc(earliest), as_utc(latest),
+                             slot_minutes)
+
+
+def earliest_fit_held(
+    pool: Pool,
+    holding: list[Held],
+    amount: Fraction,
+    length: timedelta,
+    earliest: datetime,
+    latest: datetime,
+    slot_minutes: int,
+) -> tuple[datetime, datetime] | None:
+    """:func:`earliest_fit` of what ``holding`` holds (times in microseconds since the epoch,
+    see :func:`to_micros`): for a caller that reads thousands of bookings as plain values."""
+    first, last = to_micros(earliest), to_micros(latest)
+    span, slot = length // MICROSECOND, timedelta(minutes=slot_minutes) // MICROSECOND
+    if last < first:
         return None
-    existing, maintenance = list(existing), list(maintenance)
     # one table over the whole search: each start tried then costs a look-up per GPU, not a
     # table of its own (a busy pool tries hundreds of starts)
-    fits = UsageTable(pool, existing, earliest, latest + length, maintenance).fits_during(amount)
-    ends = (ceil_to_grid(as_utc(item.end), slot_minutes) for item in [*existing, *maintenance])
-    for start in sorted({earliest, *(end for end in ends if earliest < end <= latest)}):
-        if fits(start, start + length):
-            return start, start + length
+    fits = UsageTable.of_held(pool, holding, first, last + span).fits_during(amount)
+    # the ends rounded up to the grid (the grid starts at the epoch)
+    ends = {-(-end // slot) * slot for end in {item[1] for item in holding}}
+    for start in sorted({first, *(end for end in ends if first < end <= last)}):
+        if fits(start, start + span):
+            return from_micros(start), from_micros(start + span)
     return None
 
 

@@ -16,11 +16,12 @@ GPUs, so untouched GPUs and nodes stay free for large whole-GPU bookings.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
 from itertools import accumulate
+from typing import Any
 
 from .errors import InvalidRequest, NoCapacity
 from .model import Booking, MaintenanceWindow, Placement, Pool, format_amount
@@ -52,6 +53,33 @@ class Overbooking:
     capacity_slices: int
 
 
+#: What a usage table needs of a booking or a maintenance window: it holds ``slices`` of each
+#: GPU ``indices`` of ``node`` during [begin, end), as (begin, end, node, indices, slices).
+#: Times are datetimes, or any other ordered type the same throughout one table (the next-free
+#: search uses whole microseconds: it reads thousands and compares them often).
+Held = tuple[Any, Any, str, Sequence[int], int]
+
+
+def held(
+    pool: Pool, bookings: Iterable[Booking], maintenance: Iterable[MaintenanceWindow] = ()
+) -> Iterator[Held]:
+    """What ``bookings`` and ``maintenance`` hold of ``pool`` (the one rule for what holds
+    capacity: a placed booking that is not cancelled, and a window on every GPU it covers)."""
+    for booking in bookings:
+        placement = booking.placement
+        if booking.pool != pool.name or not booking.holds_capacity or placement is None:
+            continue
+        yield (as_utc(booking.start), as_utc(booking.end), placement.node, placement.gpus,
+               placement.slices)
+    for window in maintenance:
+        if window.pool != pool.name:
+            continue
+        begin, finish = as_utc(window.start), as_utc(window.end)
+        for node, count in pool.nodes.items():
+            if window.covers(node):
+                yield begin, finish, node, range(count), pool.slices_per_gpu
+
+
 class UsageTable:
     """Slices in use on every GPU of a pool in each piece of [start, end).
 
@@ -68,27 +96,49 @@ class UsageTable:
         end: datetime,
         maintenance: Iterable[MaintenanceWindow] = (),
     ):
+        self._fill(pool, held(pool, bookings, maintenance), start, end)
+
+    @classmethod
+    def of_held(cls, pool: Pool, holding: Iterable[Held], start: Any, end: Any) -> UsageTable:
+        """The table of what ``holding`` holds (see :data:`Held`), in its times' own unit."""
+        table = cls.__new__(cls)
+        table._fill(pool, holding, start, end)
+        return table
+
+    def _fill(self, pool: Pool, holding: Iterable[Held], start: Any, end: Any) -> None:
         self.pool = pool
         self.start = start
         self.end = end
         self.gpus: list[GpuKey] = [
             (node, index) for node, count in pool.nodes.items() for index in range(count)
         ]
-        position = {gpu: g for g, gpu in enumerate(self.gpus)}
-        holds = list(_holds(pool, bookings, maintenance, start, end, position))
-
+        # a GPU's position is its node's first position plus its index on the node
+        first, offset = {}, 0
+        for node, count in pool.nodes.items():
+            first[node] = (offset, count)
+            offset += count
+        holds = []
         cuts = {start, end}
-        for begin, finish, _, _ in holds:
-            cuts.update((begin, finish))
-        self.boundaries: list[datetime] = sorted(cuts)
+        for begin, finish, node, indices, slices in holding:
+            begin, finish = max(begin, start), min(finish, end)
+            if begin >= finish:
+                continue
+            # GPUs the pool no longer has (e.g. a node removed from config) cannot collide
+            base, count = first.get(node, (0, 0))
+            holds.append((begin, finish, [base + i for i in indices if 0 <= i < count], slices))
+            cuts.add(begin)
+            cuts.add(finish)
+        self.boundaries: list[Any] = sorted(cuts)
         piece_of = {when: j for j, when in enumerate(self.boundaries)}
 
         pieces = len(self.boundaries) - 1
         changes = [[0] * (pieces + 1) for _ in self.gpus]
         for begin, finish, gpu_positions, slices in holds:
+            began, ended = piece_of[begin], piece_of[finish]
             for g in gpu_positions:
-                changes[g][piece_of[begin]] += slices
-                changes[g][piece_of[finish]] -= slices
+                row = changes[g]
+                row[began] += slices
+                row[ended] -= slices
         # running sums in C: a next-free search builds one table over weeks of bookings
         self.usage: list[list[int]] = [
             list(accumulate(gpu_changes[:pieces])) for gpu_changes in changes
@@ -105,7 +155,7 @@ class UsageTable:
     def column(self, piece: int) -> list[int]:
         return [row[piece] for row in self.usage]
 
-    def fits_during(self, amount: Fraction) -> Callable[[datetime, datetime], bool]:
+    def fits_during(self, amount: Fraction) -> Callable[[Any, Any], bool]:
         """A test of whether ``amount`` fits somewhere during an interval inside the table's
         range: ``fit(...) is not None`` for it, in time linear in the pool's GPUs, for a caller
         that tries many intervals (the next-free search)."""
@@ -119,7 +169,7 @@ class UsageTable:
             nodes.setdefault(node, []).append(counts)
         wanted = int(amount)
 
-        def fits(start: datetime, end: datetime) -> bool:
+        def fits(start: Any, end: Any) -> bool:
             first = bisect_right(self.boundaries, start) - 1
             stop = bisect_left(self.boundaries, end)
             if not whole:
@@ -130,39 +180,6 @@ class UsageTable:
             )
 
         return fits
-
-
-def _holds(
-    pool: Pool,
-    bookings: Iterable[Booking],
-    maintenance: Iterable[MaintenanceWindow],
-    start: datetime,
-    end: datetime,
-    position: dict[GpuKey, int],
-) -> Iterable[tuple[datetime, datetime, list[int], int]]:
-    """(begin, finish, GPU positions, slices per GPU) of everything holding capacity, clipped."""
-    for booking in bookings:
-        placement = booking.placement
-        if booking.pool != pool.name or not booking.holds_capacity or placement is None:
-            continue
-        begin, finish = max(as_utc(booking.start), start), min(as_utc(booking.end), end)
-        if begin >= finish:
-            continue
-        # GPUs the pool no longer has (e.g. a node removed from config) cannot collide
-        gpu_positions = [
-            position[(placement.node, i)]
-            for i in placement.gpus
-            if (placement.node, i) in position
-        ]
-        yield begin, finish, gpu_positions, placement.slices
-    for window in maintenance:
-        if window.pool != pool.name:
-            continue
-        begin, finish = max(as_utc(window.start), start), min(as_utc(window.end), end)
-        if begin >= finish:
-            continue
-        gpu_positions = [g for (node, _), g in position.items() if window.covers(node)]
-        yield begin, finish, gpu_positions, pool.slices_per_gpu
 
 
 def _free_whole_by_node(gpus: Sequence[GpuKey], peaks: Sequence[int]) -> dict[str, list[int]]:

@@ -1,5 +1,5 @@
 """The next free slot of a pool, read from the store (the search itself is
-:func:`jhub_gpubooking.core.next_free.earliest_fit`).
+:func:`jhub_gpubooking.core.next_free.earliest_fit_held`).
 
 It answers ``GET api/pools/{name}/next-free`` and names the earliest free interval in a
 capacity refusal. It reads without locking: the answer is what is free right now, and booking
@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InvalidRequest
 from ..core.model import Pool, parse_amount
-from ..core.next_free import earliest_fit
+from ..core.next_free import earliest_fit_held, to_micros
+from ..core.placement import Held, held
 from ..core.timegrid import as_utc, ceil_to_grid, floor_to_grid
+from .queries import held_overlapping, windows_overlapping
 
 if TYPE_CHECKING:
     from .store import BookingStore
@@ -23,7 +25,9 @@ if TYPE_CHECKING:
 #: How far after its earliest start the next free slot is looked for (the availability API's
 #: longest window), unless the user's policy lets them book less far ahead.
 NEXT_FREE_SEARCH_DAYS = 62
-#: How far the search looks before it reads everything up to its reach.
+#: The search reads the pool a stretch at a time and stops at the first fit: first this far
+#: after the earliest start (most answers lie within hours), then stretches twice as long each
+#: time, each read once (a pool booked out for weeks holds thousands of bookings).
 SEARCH_FIRST = timedelta(days=1)
 #: Longest interval asked for: as long as the search reaches.
 MAX_NEXT_FREE_MINUTES = NEXT_FREE_SEARCH_DAYS * 24 * 60
@@ -63,12 +67,25 @@ def earliest_free(
         # a later start would be refused by the policy's max_days_ahead
         latest = min(latest, floor_to_grid(store.now() + timedelta(days=days_ahead),
                                            store.slot_minutes))
-    # the next day first: most answers lie within hours, while a busy pool holds thousands of
-    # bookings over the whole reach (read and converted row by row: the search's main cost)
-    for reach in (min(earliest + SEARCH_FIRST, latest), latest):
-        bookings, windows = store.overlapping(pool.name, earliest, reach + length)
-        found = earliest_fit(pool, bookings, amount, length, earliest, reach, store.slot_minutes,
-                             windows)
-        if found is not None or reach == latest:
-            return found
+    now = store.now()
+    with store.read_transaction() as session:
+        windows = windows_overlapping(session, pool.name, earliest, latest + length)
+        in_windows = [(to_micros(begin), to_micros(end), node, indices, slices)
+                      for begin, end, node, indices, slices in held(pool, (), windows)]
+        holding: list[Held] = []
+        first, read_until, stretch = earliest, None, SEARCH_FIRST
+        while first <= latest:
+            reach = min(earliest + stretch, latest)
+            # what touches [first, reach + length): what was read and ends after first, and
+            # what starts after the last read's end
+            after = to_micros(first)
+            holding = [item for item in holding if item[1] > after]
+            holding += held_overlapping(session, pool.name, first, reach + length, now,
+                                        starting_from=read_until)
+            found = earliest_fit_held(pool, holding + in_windows, amount, length, first, reach,
+                                      store.slot_minutes)
+            if found is not None:
+                return found
+            first = floor_to_grid(reach, store.slot_minutes) + timedelta(minutes=store.slot_minutes)
+            read_until, stretch = reach + length, stretch * 2
     return None

@@ -8,27 +8,50 @@ rows come back as plain tuples rather than ORM objects): they are most of a crea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, literal_column, or_, select, union_all
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    case,
+    literal_column,
+    or_,
+    select,
+    type_coerce,
+    union_all,
+)
 from sqlalchemy.orm import Session
+from sqlalchemy.types import NullType
 
 from ..core import policy as booking_policy
 from ..core.errors import InvalidRequest
 from ..core.model import Booking, BookingState, MaintenanceWindow
-from ..core.timegrid import as_utc
+from ..core.next_free import to_micros
+from ..core.placement import Held
+from ..core.timegrid import EARLIEST_TIME, as_utc
 from .convert import booking_from_row, maintenance_from_row
 from .models import BookingRow, MaintenanceWindowRow
 
 _bookings = BookingRow.__table__
 _windows = MaintenanceWindowRow.__table__
 #: Bookings holding capacity of a pool in [after, end): see :func:`overlapping`.
-OVERLAPPING_BOOKINGS = select(_bookings).where(
+HOLDING = (
     _bookings.c.pool == bindparam("pool"),
     _bookings.c.end > bindparam("after"),
     _bookings.c.start < bindparam("end"),
     _bookings.c.status == "booked",
 )
+OVERLAPPING_BOOKINGS = select(_bookings).where(*HOLDING)
+#: Only what a usage table needs of them (:data:`..core.placement.Held`), as the driver gives
+#: it (converted by :func:`held_overlapping`), and only those starting at ``starting_from`` or
+#: later.
+HELD_BOOKINGS = select(
+    *(type_coerce(_bookings.c[name], NullType())
+      for name in ("start", "end", "node", "gpu_indices", "slices_per_gpu_held"))
+).where(*HOLDING, _bookings.c.start >= bindparam("starting_from"))
 OVERLAPPING_WINDOWS = select(_windows).where(
     _windows.c.pool == bindparam("pool"),
     _windows.c.end > bindparam("start"),
@@ -119,6 +142,53 @@ def _windows(connection: Connection, pool: str, start: datetime,
              end: datetime) -> list[MaintenanceWindow]:
     windows = connection.execute(OVERLAPPING_WINDOWS, {"pool": pool, "start": start, "end": end})
     return [maintenance_from_row(w) for w in windows]
+
+
+def windows_overlapping(
+    session: Session, pool: str, start: datetime, end: datetime
+) -> list[MaintenanceWindow]:
+    """The maintenance windows of ``pool`` that touch [start, end)."""
+    return _windows(rows_connection(session), pool, start, end)
+
+
+def held_overlapping(
+    session: Session, pool: str, start: datetime, end: datetime, now: datetime,
+    starting_from: datetime | None = None,
+) -> list[Held]:
+    """What :func:`overlapping` reads of the bookings (not the windows) that start at
+    ``starting_from`` or later (default: any), as :data:`..core.placement.Held` values with
+    times in microseconds since the epoch (:func:`..core.next_free.to_micros`).
+
+    For the next-free search, which may read every booking of a busy pool: plain values instead
+    of a :class:`Booking` per row, and each column's own conversion run once per distinct value
+    the driver returns (thousands of rows hold a few hundred distinct times and GPU lists)."""
+    connection = rows_connection(session)
+    dialect = connection.dialect
+    times = _once_per_value(_bookings.c.start, dialect, to_micros)
+    gpus = _once_per_value(_bookings.c.gpu_indices, dialect, tuple)
+    rows = connection.execute(HELD_BOOKINGS, {
+        "pool": pool, "after": max(as_utc(start), now), "end": end,
+        "starting_from": EARLIEST_TIME if starting_from is None else starting_from,
+    })
+    return [(times(begin), times(finish), node, gpus(indices), slices)
+            for begin, finish, node, indices, slices in rows]
+
+
+def _once_per_value(column, dialect, then: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``column``'s conversion of a value as the driver returns it, followed by ``then``,
+    remembered per distinct value."""
+    convert = column.type.dialect_impl(dialect).result_processor(dialect, None)
+    seen: dict[Any, Any] = {}
+
+    def converted(raw: Any) -> Any:
+        if isinstance(raw, list):  # a driver that decodes JSON itself (psycopg)
+            raw = tuple(raw)
+        value = seen.get(raw, seen)
+        if value is seen:
+            value = seen[raw] = then(convert(raw) if convert else raw)
+        return value
+
+    return converted
 
 
 def overlapping_besides(
