@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
 from itertools import accumulate
+from operator import eq
 from typing import Any
 
 from .errors import InvalidRequest, NoCapacity
@@ -119,13 +120,22 @@ class UsageTable:
             offset += count
         holds = []
         cuts = {start, end}
+        positions: dict[tuple[str, Sequence[int]], list[int]] = {}
         for begin, finish, node, indices, slices in holding:
-            begin, finish = max(begin, start), min(finish, end)
+            if begin < start:
+                begin = start
+            if finish > end:
+                finish = end
             if begin >= finish:
                 continue
-            # GPUs the pool no longer has (e.g. a node removed from config) cannot collide
-            base, count = first.get(node, (0, 0))
-            holds.append((begin, finish, [base + i for i in indices if 0 <= i < count], slices))
+            # the same few GPU sets recur in thousands of bookings
+            key = (node, indices)
+            gpu_positions = positions.get(key)
+            if gpu_positions is None:
+                # GPUs the pool no longer has (e.g. a node removed from config) cannot collide
+                base, count = first.get(node, (0, 0))
+                gpu_positions = positions[key] = [base + i for i in indices if 0 <= i < count]
+            holds.append((begin, finish, gpu_positions, slices))
             cuts.add(begin)
             cuts.add(finish)
         self.boundaries: list[Any] = sorted(cuts)
@@ -162,22 +172,25 @@ class UsageTable:
         whole = amount >= 1
         # the most a GPU may already use: none for whole GPUs, else room for the slices
         most = 0 if whole else self.pool.slices_per_gpu - self.pool.amount_to_slices(amount)
-        # per GPU, how many pieces before each one are too full (running counts, in C)
+        # per GPU, how many pieces before each one are too full (running counts, in C), then
+        # turned into one tuple over all GPUs per boundary: a GPU is free from boundary
+        # ``first`` to ``stop`` iff its two counts are equal, compared for all GPUs in C
         too_full = [[0, *accumulate(map(most.__lt__, row))] for row in self.usage]
-        nodes: dict[str, list[list[int]]] = {}
-        for (node, _), counts in zip(self.gpus, too_full):
-            nodes.setdefault(node, []).append(counts)
+        counts = list(zip(*too_full)) or [()] * (self.pieces + 1)
+        spans, offset = [], 0
+        for count in self.pool.nodes.values():
+            spans.append((offset, offset + count))
+            offset += count
         wanted = int(amount)
+        boundaries = self.boundaries
 
         def fits(start: Any, end: Any) -> bool:
-            first = bisect_right(self.boundaries, start) - 1
-            stop = bisect_left(self.boundaries, end)
+            first = bisect_right(boundaries, start) - 1
+            stop = bisect_left(boundaries, end)
+            free = list(map(eq, counts[first], counts[stop]))
             if not whole:
-                return any(counts[stop] == counts[first] for counts in too_full)
-            return any(
-                sum(counts[stop] == counts[first] for counts in on_node) >= wanted
-                for on_node in nodes.values()
-            )
+                return True in free
+            return any(sum(free[low:high]) >= wanted for low, high in spans)
 
         return fits
 

@@ -163,32 +163,30 @@ def held_overlapping(
     of a :class:`Booking` per row, and each column's own conversion run once per distinct value
     the driver returns (thousands of rows hold a few hundred distinct times and GPU lists)."""
     connection = rows_connection(session)
-    dialect = connection.dialect
-    times = _once_per_value(_bookings.c.start, dialect, to_micros)
-    gpus = _once_per_value(_bookings.c.gpu_indices, dialect, tuple)
+    times = _ConvertedOnce(_bookings.c.start, connection.dialect, to_micros)
+    gpus = _ConvertedOnce(_bookings.c.gpu_indices, connection.dialect, tuple)
     rows = connection.execute(HELD_BOOKINGS, {
         "pool": pool, "after": max(as_utc(start), now), "end": end,
         "starting_from": EARLIEST_TIME if starting_from is None else starting_from,
-    })
-    return [(times(begin), times(finish), node, gpus(indices), slices)
+    }).all()
+    # (a driver that decodes JSON itself, psycopg, gives lists: those cannot be looked up)
+    return [(times[begin], times[finish], node,
+             gpus[indices] if indices.__class__ is not list else tuple(indices), slices)
             for begin, finish, node, indices, slices in rows]
 
 
-def _once_per_value(column, dialect, then: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``column``'s conversion of a value as the driver returns it, followed by ``then``,
-    remembered per distinct value."""
-    convert = column.type.dialect_impl(dialect).result_processor(dialect, None)
-    seen: dict[Any, Any] = {}
+class _ConvertedOnce(dict):
+    """``column``'s conversion of the values a driver returns, followed by ``then``, done once
+    per distinct value (a dictionary look-up for every later row)."""
 
-    def converted(raw: Any) -> Any:
-        if isinstance(raw, list):  # a driver that decodes JSON itself (psycopg)
-            raw = tuple(raw)
-        value = seen.get(raw, seen)
-        if value is seen:
-            value = seen[raw] = then(convert(raw) if convert else raw)
+    def __init__(self, column, dialect, then: Callable[[Any], Any]):
+        super().__init__()
+        self.convert = column.type.dialect_impl(dialect).result_processor(dialect, None)
+        self.then = then
+
+    def __missing__(self, raw: Any) -> Any:
+        value = self[raw] = self.then(raw if self.convert is None else self.convert(raw))
         return value
-
-    return converted
 
 
 def overlapping_besides(
