@@ -8,6 +8,7 @@ Any change here needs a new Alembic migration in ``db/migrations/versions``.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
@@ -35,6 +36,8 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
+#: How many distinct stored times each dialect's :class:`UTCDateTime` conversion remembers.
+RESULT_CACHE_SIZE = 8192
 #: Longest user / server name we store (JupyterHub names are far shorter in practice).
 NAME_LENGTH = 255
 POOL_NAME_LENGTH = 63
@@ -58,6 +61,14 @@ class UTCDateTime(TypeDecorator):
         if value is None:
             return None
         return value.replace(tzinfo=timezone.utc)
+
+    def result_processor(self, dialect: Any, coltype: Any) -> Any:
+        """The conversion :meth:`process_result_value` completes, remembered for the most
+        recent distinct values: SQLite returns text that SQLAlchemy parses with a regular
+        expression (microseconds a value), and the bookings of a busy pool that a create reads,
+        hundreds of rows, hold far fewer distinct times (datetimes are immutable: sharing one
+        is safe)."""
+        return lru_cache(maxsize=RESULT_CACHE_SIZE)(super().result_processor(dialect, coltype))
 
 
 class Base(DeclarativeBase):

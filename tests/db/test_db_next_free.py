@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 import pytest
 from db_test_times import at
 
 from jhub_gpubooking.core.errors import InvalidRequest, NoCapacity, NotFound
+from jhub_gpubooking.core.model import parse_amount
+from jhub_gpubooking.core.placement import fit
 from jhub_gpubooking.db.next_free import next_free
 
 
@@ -38,6 +41,51 @@ def test_a_free_slot_beyond_the_first_looks_is_found(store):
     assert next_free(store, "a100", 1, 60, at(11)) == (free, free + timedelta(hours=1))
     assert next_free(store, "a100", 4, 300, at(11)) == (free, free + timedelta(hours=5))
     assert next_free(store, "a100", 1, 60, at(11, 15)) == (free, free + timedelta(hours=1))
+
+
+def brute_force_next_free(store, pool, amount, minutes, earliest, latest):
+    """The first grid start from ``earliest`` to ``latest`` at which placing fits: every
+    15 minutes tried, each a placement of its own."""
+    length = timedelta(minutes=minutes)
+    bookings, windows = store.overlapping(pool, earliest, latest + length)
+    start = earliest
+    while start <= latest:
+        if fit(store.pool(pool), bookings, start, start + length, amount, windows) is not None:
+            return start, start + length
+        start += timedelta(minutes=15)
+    return None
+
+
+def test_the_search_read_a_stretch_at_a_time_finds_what_trying_every_start_finds(store):
+    """A pool busy for four days, at random, with maintenance on one node: the search, which
+    reads a day, then two, then four ... and carries bookings across those stretches, names
+    what trying every start in turn names, for whole GPUs and fractions, short and long."""
+    rng = random.Random(17)
+    for n in range(150):
+        begin = at(10, days=rng.randrange(4)) + timedelta(minutes=15 * rng.randrange(96))
+        end = begin + timedelta(minutes=15 * rng.randrange(1, 33))
+        for pool, amount in (("a100", rng.choice([1, 1, 2, 4])), ("t4", rng.choice(["1/4", 1]))):
+            try:
+                store.create(f"user-{n}", pool, amount, begin, end, is_admin=True)
+            except NoCapacity:
+                pass
+    store.add_maintenance("a100", at(20, days=1), at(9, 50, days=2), node="node-b",
+                          reason="firmware")
+    latest = at(10, days=7)
+    waits = []
+    for pool, amount, minutes, after in [
+        ("a100", 4, 300, at(11)), ("a100", 2, 120, at(23, days=1)), ("a100", 1, 60, at(11)),
+        ("a100", 4, 600, at(13, days=2)), ("t4", "1/4", 45, at(11)), ("t4", 2, 240, at(11)),
+        ("t4", 1, 1440, at(12)),
+    ]:
+        expected = brute_force_next_free(store, pool, parse_amount(amount), minutes, after,
+                                         latest)
+        assert expected is not None
+        assert next_free(store, pool, amount, minutes, after, is_admin=True) == expected
+        waits.append(expected[0] - after)
+    # answers at once, within the first day and in the third stretch (after two days)
+    assert min(waits) == timedelta(0) and max(waits) > timedelta(days=3)
+    assert any(timedelta(0) < wait < timedelta(days=1) for wait in waits)
 
 
 def test_maintenance_and_ended_bookings_count_as_they_do_for_booking(store):
