@@ -8,8 +8,6 @@ synchronous; the service runs it in an executor.
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -28,7 +26,7 @@ from ..core.model import Booking, BookingState, MaintenanceWindow, Pool, checked
 from ..core.next_free import naming_next_free
 from ..core.timegrid import as_utc, floor_to_grid, format_time, is_on_grid
 from .convert import BookingEvent, booking_from_row, event_from_row, maintenance_from_row, pool_config
-from .models import BookingEventRow, BookingRow, FeedTokenRow, MaintenanceWindowRow, PoolRow
+from .models import BookingEventRow, BookingRow, MaintenanceWindowRow, PoolRow
 from .next_free import earliest_free
 from .queries import overlapping, page, state_filter
 from .session import begin_write
@@ -38,10 +36,6 @@ from .usage import close_usage
 # How late a "book now" may arrive: one sent in a slot's last seconds still gets that slot when
 # it reaches the service just after the slot ended (network, a busy service, a browser's clock).
 LATE_BOOK_NOW = timedelta(seconds=30)
-
-
-def hash_feed_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class BookingStore:
@@ -554,44 +548,6 @@ class BookingStore:
             if row is None:
                 raise NotFound(f"There is no maintenance window with id {window_id}.")
             work.session.delete(row)
-
-    # -- calendar feed tokens ---------------------------------------------------------------
-
-    def feed_token(self, user: str, reset: bool = False) -> str:
-        """A new secret calendar-feed token for ``user`` (only its SHA-256 is kept).
-
-        Without ``reset`` this only works while the user has no token yet, because a stored
-        hash cannot give the token back.
-        """
-        token = secrets.token_urlsafe(32)
-        with self.unit_of_work() as work:
-            session = work.session
-            row = session.get(FeedTokenRow, user)
-            if row is not None and not reset:
-                raise Conflict(
-                    "You already have a calendar link and it cannot be shown again; reset it "
-                    "to get a new one (the old link then stops working)."
-                )
-            if row is None:
-                session.add(
-                    FeedTokenRow(
-                        user=user, token_hash=hash_feed_token(token), created=self.stamp()
-                    )
-                )
-            else:
-                row.token_hash = hash_feed_token(token)
-                row.created = self.stamp()
-        return token
-
-    def has_feed_token(self, user: str) -> bool:
-        with self.read_transaction() as session:
-            return session.get(FeedTokenRow, user) is not None
-
-    def user_for_feed_token(self, token: str) -> str | None:
-        with self.read_transaction() as session:
-            return session.execute(
-                select(FeedTokenRow.user).where(FeedTokenRow.token_hash == hash_feed_token(token))
-            ).scalar_one_or_none()
 
     # -- configuration ----------------------------------------------------------------------
 

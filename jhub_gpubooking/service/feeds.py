@@ -17,6 +17,7 @@ from icalendar import Calendar, Event
 from ..core.model import Booking, Pool, format_amount
 from ..core.replacement import is_movable
 from ..core.timegrid import as_utc
+from ..db import feed_tokens
 from .api import APIHandler
 from .base import BaseHandler, refusal
 
@@ -109,7 +110,7 @@ class SecretFeedHandler(CalendarMixin, BaseHandler):
         self._principal = None
 
     async def get(self, token: str) -> None:
-        user = await self.run_in_executor(self.store.user_for_feed_token, token)
+        user = await self.run_in_executor(feed_tokens.user_for_feed_token, self.store, token)
         if user is None:
             raise refusal(
                 404,
@@ -122,7 +123,7 @@ class FeedTokenHandler(APIHandler):
     async def get(self, user: str) -> None:
         """Whether ``user`` has a calendar link; the link itself exists only as a hash."""
         self.require_acting_for(user)
-        exists = await self.run_in_executor(self.store.has_feed_token, user)
+        exists = await self.run_in_executor(feed_tokens.has_feed_token, self.store, user)
         self.write_json({"user": user, "exists": exists})
 
     async def post(self, user: str) -> None:
@@ -130,7 +131,9 @@ class FeedTokenHandler(APIHandler):
         if self.request.body:
             self.json_body(allowed=())  # minting takes no fields; refuse any sent
         self.require_acting_for(user)
-        token = await self.run_in_executor(self.store.feed_token, user, reset=True)
+        token = await self.run_in_executor(
+            feed_tokens.new_feed_token, self.store, user, reset=True
+        )
         self.write_json(
             {"user": user, "token": token, "url": self.public_service_url("feeds", f"{token}.ics")}
         )

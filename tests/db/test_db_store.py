@@ -20,6 +20,7 @@ from jhub_gpubooking.core.errors import (
 from jhub_gpubooking.core.model import BookingState, Placement, Pool
 from jhub_gpubooking.db import queries
 from jhub_gpubooking.db.convert import booking_from_row
+from jhub_gpubooking.db.feed_tokens import has_feed_token, new_feed_token, user_for_feed_token
 from jhub_gpubooking.db.models import BookingRow, FeedTokenRow, PoolRow
 from jhub_gpubooking.db.session import make_session_factory
 from jhub_gpubooking.db.store import LATE_BOOK_NOW, BookingStore
@@ -347,18 +348,18 @@ def test_maintenance_refusals(store):
 
 
 def test_feed_token_is_stored_only_as_a_hash_and_can_be_reset(store, engine):
-    token = store.feed_token("alice")
-    assert store.user_for_feed_token(token) == "alice"
+    token = new_feed_token(store, "alice")
+    assert user_for_feed_token(store, token) == "alice"
     with engine.connect() as connection:
         stored = connection.execute(select(FeedTokenRow.token_hash)).scalar_one()
     assert token not in stored and len(stored) == 64
     with pytest.raises(Conflict, match="reset it to get a new one"):
-        store.feed_token("alice")
-    new_token = store.feed_token("alice", reset=True)
+        new_feed_token(store, "alice")
+    new_token = new_feed_token(store, "alice", reset=True)
     assert new_token != token
-    assert store.user_for_feed_token(token) is None
-    assert store.user_for_feed_token(new_token) == "alice"
-    assert store.has_feed_token("alice") and not store.has_feed_token("bob")
+    assert user_for_feed_token(store, token) is None
+    assert user_for_feed_token(store, new_token) == "alice"
+    assert has_feed_token(store, "alice") and not has_feed_token(store, "bob")
 
 
 def test_list_filters_by_user_state_and_window(store, clock):
