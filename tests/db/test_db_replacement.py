@@ -19,7 +19,7 @@ from jhub_gpubooking.core.placement import overbooked_instants
 def on_gpu(store, booking, gpu: int):
     """Put ``booking`` on GPU ``gpu`` of node-c (the setup of a fragmented pool)."""
     with store.unit_of_work(["t4"]) as work:
-        work.move(booking, Placement("node-c", (gpu,), booking.placement.slices))
+        work.move_all([(booking, Placement("node-c", (gpu,), booking.placement.slices))])
     return store.get(booking.id)
 
 
@@ -90,4 +90,10 @@ def test_moves_reach_bookings_outside_the_requested_interval(store):
     assert store.get(long.id).placement.gpus == (0,)
     assert store.get(full.id).placement.gpus == (1,)
     assert store.get(blocker.id).placement.gpus == (0,)
+    # both moves were written in one go, each with its own event
+    for moved, old_gpu, new_gpu in ((long, 1, 0), (full, 0, 1)):
+        event = store.history(moved.id)[-1]
+        assert (event.kind, event.detail) == ("moved", {
+            "old_node": "node-c", "old_gpu_indices": [old_gpu],
+            "node": "node-c", "gpu_indices": [new_gpu]})
     assert_not_overbooked(store)

@@ -140,7 +140,7 @@ def test_a_wait_kept_out_by_the_spread_of_bookings_is_booked_by_moving_one(store
     first = store.create("bob", "t4", "1/4", at(11), at(12))
     second = store.create("dan", "t4", "1/4", at(11), at(12))
     with store.unit_of_work(["t4"]) as work:  # spread out: one quarter on each GPU
-        work.move(second, Placement("node-c", (1 - first.placement.gpus[0],), 1))
+        work.move_all([(second, Placement("node-c", (1 - first.placement.gpus[0],), 1))])
     waitlist = Waitlist(store)
     wait = waitlist.join("cy", "t4", 1, at(11), at(12))
     [(served, booking)] = waitlist.serve()
