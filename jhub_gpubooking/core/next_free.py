@@ -48,10 +48,17 @@ def earliest_fit(
     ``existing`` and ``maintenance`` must hold everything of ``pool`` that touches
     [earliest, latest + length).
     """
-    holding = [(to_micros(begin), to_micros(end), node, indices, slices)
-               for begin, end, node, indices, slices in held(pool, existing, maintenance)]
-    return earliest_fit_held(pool, holding, amount, length, as_utc(earliest), as_utc(latest),
-                             slot_minutes)
+    return earliest_fit_held(pool, held_in_micros(pool, existing, maintenance), amount, length,
+                             as_utc(earliest), as_utc(latest), slot_minutes)
+
+
+def held_in_micros(
+    pool: Pool, existing: Iterable[Booking], maintenance: Iterable[MaintenanceWindow] = ()
+) -> list[Held]:
+    """:func:`.placement.held` with its times in microseconds since the epoch, as
+    :func:`earliest_fit_held` takes them."""
+    return [(to_micros(begin), to_micros(end), node, indices, slices)
+            for begin, end, node, indices, slices in held(pool, existing, maintenance)]
 
 
 def earliest_fit_held(

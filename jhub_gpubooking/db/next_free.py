@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InvalidRequest
 from ..core.model import Pool, parse_amount
-from ..core.next_free import earliest_fit_held, to_micros
-from ..core.placement import Held, held
+from ..core.next_free import earliest_fit_held, held_in_micros, to_micros
+from ..core.placement import Held
 from ..core.timegrid import as_utc, ceil_to_grid, floor_to_grid
 from .queries import held_overlapping, windows_overlapping
 
@@ -61,17 +61,15 @@ def earliest_free(
     groups: Any, is_admin: bool,
 ) -> tuple[datetime, datetime] | None:
     """:func:`next_free` for a checked request starting at the grid point ``earliest``."""
+    now = store.now()
     latest = earliest + timedelta(days=NEXT_FREE_SEARCH_DAYS)
     days_ahead = None if is_admin else store.policy_for(groups).max_days_ahead
     if days_ahead is not None:
         # a later start would be refused by the policy's max_days_ahead
-        latest = min(latest, floor_to_grid(store.now() + timedelta(days=days_ahead),
-                                           store.slot_minutes))
-    now = store.now()
+        latest = min(latest, floor_to_grid(now + timedelta(days=days_ahead), store.slot_minutes))
     with store.read_transaction() as session:
         windows = windows_overlapping(session, pool.name, earliest, latest + length)
-        in_windows = [(to_micros(begin), to_micros(end), node, indices, slices)
-                      for begin, end, node, indices, slices in held(pool, (), windows)]
+        in_windows = held_in_micros(pool, (), windows)
         holding: list[Held] = []
         first, read_until, stretch = earliest, None, SEARCH_FIRST
         while first <= latest:
