@@ -11,14 +11,20 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import select
+
 from ..core import policy as booking_policy
 from ..core.errors import BookingError, Conflict
 from ..core.model import Booking, BookingState, Placement
 from ..core.start_early import may_start_early, start_early_interval
 from ..core.timegrid import ceil_to_grid, floor_to_grid, format_time
 from .convert import booking_from_row
+from .models import BookingEventRow
 from .store import BookingStore
 from .unit_of_work import BookingChecks
+
+#: The event recording that a booking's user was e-mailed an offer to start it early (once).
+OFFER_EMAILED = "start_early_emailed"
 
 
 class EarlyStarts:
@@ -47,6 +53,43 @@ class EarlyStarts:
                     continue
                 found.append((booking, start, end))
         return found
+
+    def not_yet_emailed(self) -> dict[str, list[int]]:
+        """Ids of the bookings that could start early now as far as the GPUs go and whose users
+        were not e-mailed about them yet, by user. Their rules need the user's Hub groups, so
+        the caller checks each user's :meth:`offers` before e-mailing."""
+        store = self.store
+        now = store.now()
+        upcoming = [b for b in store.list(state=BookingState.UPCOMING, end=now + self.horizon)
+                    if b.pool in store.pools and may_start_early(b, now, self.horizon)]
+        if not upcoming:
+            return {}
+        found: dict[str, list[int]] = {}
+        with store.read_transaction() as session:
+            emailed = set(session.scalars(
+                select(BookingEventRow.booking_id).where(
+                    BookingEventRow.booking_id.in_([b.id for b in upcoming]),
+                    BookingEventRow.kind == OFFER_EMAILED,
+                )
+            ))
+            checks = BookingChecks(store, session)
+            for booking in upcoming:
+                if booking.id in emailed:
+                    continue
+                try:  # as an admin: the GPUs only
+                    self.checked_interval(checks, booking, (), True, now)
+                except BookingError:
+                    continue
+                found.setdefault(booking.user, []).append(booking.id)
+        return found
+
+    def record_emailed(self, booking_id: int, start: datetime, end: datetime) -> None:
+        """Remember that the booking's user is e-mailed the offer to start it at [start, end),
+        so no tick mails it again."""
+        with self.store.unit_of_work() as work:
+            row = work.lock_booking(booking_id)
+            work.record(row, None, OFFER_EMAILED, new_start=format_time(start),
+                        new_end=format_time(end))
 
     def checked_interval(self, checks: BookingChecks, booking: Booking, groups: Any,
                          is_admin: bool, now: datetime) -> tuple[datetime, datetime, Placement]:

@@ -1,9 +1,11 @@
-"""End-of-booking e-mails (``c.EmailWarnings``): the lifecycle's warning, sent over SMTP."""
+"""The service's e-mails (``c.EmailWarnings``): the warning before a booking ends, a wait booked,
+an offer to start early; sent over SMTP."""
 
 from __future__ import annotations
 
 import asyncio
 import smtplib
+from datetime import datetime
 from email.message import EmailMessage
 
 from traitlets import Any, Bool, Integer, Unicode
@@ -35,6 +37,17 @@ def wait_booked_text(booking: Booking, wait: Wait, page_url: str) -> str:
         f"{booking.start:%Y-%m-%d %H:%M} to {booking.end.strftime(end_format)} UTC.\n\n"
         f"It is in My bookings on {page_url} and in your calendar feed; cancel it there if "
         "you no longer need it, so the next request on the waitlist gets it.\n"
+    )
+
+
+def start_early_text(booking: Booking, start: datetime, end: datetime, page_url: str) -> str:
+    """The body of the e-mail offering a user to start a booking now."""
+    return (
+        f"The GPUs your booking #{booking.id} needs ({format_amount(booking.amount)} GPU in pool "
+        f"{booking.pool}, from {booking.start:%Y-%m-%d %H:%M} UTC) are free now. It can start "
+        f"at {start:%H:%M} and end at {end:%H:%M} UTC instead, the same length.\n\n"
+        f"To take them, choose \"Start now\" beside the booking in My bookings on {page_url} "
+        "while they are still free. If you do nothing, the booking keeps its time.\n"
     )
 
 
@@ -76,6 +89,12 @@ class EmailWarnings(LoggingConfigurable):
         await self._send_about(booking, f"Your wait was booked: GPUs from "
                                f"{booking.start:%Y-%m-%d %H:%M} UTC",
                                wait_booked_text(booking, wait, self.page_url))
+
+    async def send_start_early_offer(self, booking: Booking, start: datetime,
+                                     end: datetime) -> None:
+        """Offer the user to start ``booking`` at [start, end) instead (start early)."""
+        await self._send_about(booking, f"GPUs free now: start booking #{booking.id} early?",
+                               start_early_text(booking, start, end, self.page_url))
 
     async def _send_about(self, booking: Booking, subject: str, text: str) -> None:
         if not self.enabled:

@@ -85,7 +85,8 @@ class Lifecycle(LoggingConfigurable):
         help="Offer the user of a booking starting within this many hours to start it now "
         "(same length, so it ends earlier) whenever the GPUs it needs are free from now: after "
         "a no-show release, an early stop, a cancel. The offer is a notice on the reservation "
-        "page with a one-click 'Start now' (POST api/bookings/{id}/start-early); the time the "
+        "page with a one-click 'Start now' (POST api/bookings/{id}/start-early) and, with "
+        "EmailWarnings configured, one e-mail per booking from the next tick; the time the "
         "booking leaves is free for others at once. 0 turns the offers off.",
     ).tag(config=True)
 
@@ -94,7 +95,7 @@ class Lifecycle(LoggingConfigurable):
     executor = Any(help="Executor for database work, so the event loop never waits on it.")
     clock = Any(help="Source of the current time.")
     metrics = Any(help="The service's ServiceMetrics (releases, warnings, stops).")
-    emails = Any(help="EmailWarnings sending the end-of-booking warning.")
+    emails = Any(help="EmailWarnings sending the end-of-booking warning and start-early offers.")
     waitlist = Any(
         None,
         help="The Waitlist: each tick, after its releases, books waiting requests capacity now "
@@ -153,7 +154,32 @@ class Lifecycle(LoggingConfigurable):
             await self.webhook.reconcile_pod_claims(now)
         if self.waitlist is not None:
             await self.waitlist.capacity_freed(now=now)
+        await self.email_start_early_offers()
         return actions
+
+    async def email_start_early_offers(self) -> None:
+        """E-mail each user whose booking could start now, once per booking (the page shows the
+        offer whenever it holds). The last step of a tick: the waitlist has the first claim on
+        freed time, and a database outage here ends only this step (the loop logs it)."""
+        if not (self.start_early_hours and self.emails.enabled):
+            return
+        early = self.early_starts
+        candidates = await self._in_executor(early.not_yet_emailed)
+        for user, booking_ids in candidates.items():
+            # the user's rules depend on their groups; a booking they refuse is looked at
+            # again next tick (one Hub call per such user), as the rules may allow it later
+            try:
+                model = await hub_user_model(self.hub_api_url, self.api_token, user)
+            except web.HTTPError as error:
+                self.log.warning("Start-early offers not e-mailed: %s", error)
+                return
+            if model is None:
+                continue  # no longer a Hub user
+            offers = await self._in_executor(early.offers, user, model.get("groups") or ())
+            for booking, start, end in offers:
+                if booking.id in booking_ids:
+                    await self._in_executor(early.record_emailed, booking.id, start, end)
+                    await self.emails.send_start_early_offer(booking, start, end)
 
     async def _apply(self, action: Action, now: datetime) -> None:
         if action.kind is ActionKind.RELEASE:

@@ -84,3 +84,19 @@ def test_the_users_rules_apply_to_the_new_times_but_not_to_an_admin(make_store):
     assert store.get(second.id).start == at(13)
     moved = early.start_early(second.id, actor="admin", is_admin=True)
     assert (moved.start, moved.end) == (at(10), at(11))
+
+
+def test_bookings_to_email_are_those_that_fit_now_not_emailed_yet(store):
+    _, bob, later = full_pool_and_a_later_booking(store)
+    dan = store.create("dan", "t4", 1, at(12), at(13))  # another pool, free now
+    early = EarlyStarts(store, EIGHT_HOURS)
+    assert early.not_yet_emailed() == {"dan": [dan.id]}  # a100 is full before 14:00
+
+    store.cancel(bob.id, "bob")
+    assert early.not_yet_emailed() == {"cy": [later.id], "dan": [dan.id]}
+    early.record_emailed(later.id, at(10), at(12))
+    assert early.not_yet_emailed() == {"dan": [dan.id]}
+    [event] = [e for e in store.history(later.id) if e.kind == "start_early_emailed"]
+    assert (event.actor, event.detail) == (
+        None, {"new_start": "2030-01-07T10:00:00Z", "new_end": "2030-01-07T12:00:00Z"})
+    assert store.get(later.id) == later  # recording the e-mail moves nothing

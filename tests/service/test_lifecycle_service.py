@@ -273,3 +273,42 @@ def test_report_csv_has_a_row_per_key_and_a_total():
         "ada,1,0,2.0,1.0,1.0,0.0,0.0,0.0",
         "total,1,0,2.0,1.0,1.0,0.0,0.0,0.0",
     ]
+
+
+async def test_a_booking_that_can_start_now_is_offered_by_email_once(service, fake_hub, mailbox):
+    _, _, servers = fake_hub
+    box, _ = mailbox
+    servers["bob"] = {}
+    # ada holds both GPUs until 11:00, then one; bob's booking at 13:00 needs both
+    ada = service.store.create("ada", "a100", "2", at(10), at(11))
+    service.store.claim(ada.id, "gpu-lab")
+    servers["ada"] = {"gpu-lab": running_on(ada.id)}
+    bob = service.store.create("bob", "a100", "2", at(13), at(14))
+
+    await service.lifecycle.tick(service.clock.set(at(10, 30)))
+    assert box.messages == []  # the GPUs are not free for an hour from now
+
+    service.clock.set(at(10, 31))
+    service.store.cancel(ada.id, "ada")  # "End now": ada's GPUs are free from now
+    await service.lifecycle.tick(at(10, 31))
+    [offer] = box.messages
+    assert (offer["To"], offer["Subject"]) == (
+        "bob@lab.example", f"GPUs free now: start booking #{bob.id} early?"
+    )
+    text = offer.get_payload(decode=True).decode()
+    assert "It can start at 10:30 and end at 11:30 UTC instead" in text
+    assert "https://hub.example/services/gpu-booking/" in text
+    [event] = [e for e in service.store.history(bob.id) if e.kind == "start_early_emailed"]
+    assert (event.detail["new_start"], event.detail["new_end"]) == (
+        "2030-01-07T10:30:00Z", "2030-01-07T11:30:00Z")
+
+    await service.lifecycle.tick(service.clock.set(at(10, 32)))
+    assert len(box.messages) == 1  # once per booking
+    assert service.store.get(bob.id).start == at(13)  # an offer moves nothing
+
+
+async def test_no_offer_email_for_a_user_the_hub_does_not_know(service, fake_hub, mailbox):
+    box, _ = mailbox
+    service.store.create("ghost", "a100", "1", at(13), at(14))  # free now, but no Hub user
+    await service.lifecycle.tick(service.clock.set(at(10, 30)))
+    assert box.messages == []
