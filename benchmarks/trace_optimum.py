@@ -2,7 +2,9 @@
 
 A scheduler that knew the whole week in advance could choose which requests to admit, each at
 the time it asks for, and where to put it, to admit the most GPU-hours. That is an integer
-program, solved exactly by HiGHS (``scipy.optimize.milp``):
+program, solved exactly by HiGHS (``scipy.optimize.milp``); its rows are the core's own
+(:func:`jhub_gpubooking.core.exact_moves.build_model`, which the service's last-resort
+re-placement solves too):
 
 * ``a[r]`` = 1 when request ``r`` is admitted; the objective is the sum of its GPU-hours;
 * a fraction sits on one GPU: ``sum_g x[r, g] = a[r]``;
@@ -26,12 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
 
-import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_array
-
+from jhub_gpubooking.core.exact_moves import Demand, MoveModel, build_model
 from jhub_gpubooking.core.model import Booking, Placement, Pool
-from jhub_gpubooking.core.placement import overbooked_instants
+from jhub_gpubooking.core.placement import held, overbooked_instants
 
 from .common import markdown_table
 from .trace_replay import Replay, best_fit, re_placing, replay
@@ -105,84 +104,20 @@ def brute_force(pool: Pool, items: Sequence[Item]) -> Fraction:
     return best
 
 
-def _model(pool: Pool, items: Sequence[Item], fixed: Sequence[Booking] = ()):
-    """The ILP's columns and rows (see the module docstring); ``fixed`` bookings keep their
-    placements and only take slices away from the GPUs they hold."""
-    gpus = [(node, index) for node, count in pool.nodes.items() for index in range(count)]
-    position = {gpu: g for g, gpu in enumerate(gpus)}
-    capacity = pool.slices_per_gpu
-    columns: list[tuple] = []  # ("a", r) | ("y", r, node) | ("x", r, g)
-    rows: list[tuple[dict[int, float], float, float]] = []  # (coefficients, low, high)
-
-    def column(key: tuple) -> int:
-        columns.append(key)
-        return len(columns) - 1
-
-    x_of: dict[int, list[tuple[int, int, int]]] = {g: [] for g in range(len(gpus))}  # g -> (col, r, slices)
-    admit = []
-    for r, item in enumerate(items):
-        a = column(("a", r))
-        admit.append(a)
-        if item.amount < 1:
-            slices = pool.amount_to_slices(item.amount)
-            xs = {column(("x", r, g)): 1.0 for g in range(len(gpus))}
-            for col in xs:
-                x_of[columns[col][2]].append((col, r, slices))
-            rows.append(({**xs, a: -1.0}, 0, 0))
-            continue
-        width = int(item.amount)
-        picks = {}
-        for node, count in pool.nodes.items():
-            if count < width:
-                continue
-            y = column(("y", r, node))
-            picks[y] = 1.0
-            on_node = [g for g, (name, _) in enumerate(gpus) if name == node]
-            xs = {column(("x", r, g)): 1.0 for g in on_node}
-            for col in xs:
-                x_of[columns[col][2]].append((col, r, capacity))
-            rows.append(({**xs, y: -float(width)}, 0, 0))
-        rows.append(({**picks, a: -1.0}, 0, 0))
-    held: dict[int, list[Booking]] = {g: [] for g in range(len(gpus))}
-    for booking in fixed:
-        if booking.holds_capacity and booking.placement is not None:
-            for index in booking.placement.gpus:
-                held[position[(booking.placement.node, index)]].append(booking)
-    # the use of a GPU only grows at a start, so checking every start checks every moment
-    item_starts = {item.start for item in items}
-    for g, holders in x_of.items():
-        moments = sorted(item_starts | {b.start for b in held[g]})
-        for moment in moments:
-            running = [(col, slices) for col, r, slices in holders
-                       if items[r].start <= moment < items[r].end]
-            room = capacity - sum(b.placement.slices for b in held[g]
-                                  if b.start <= moment < b.end)
-            if running and sum(slices for _, slices in running) > room:
-                rows.append(({col: float(slices) for col, slices in running}, -np.inf, room))
-    return gpus, columns, rows, admit
-
-
-def _matrix(rows, count: int) -> LinearConstraint:
-    data, row_index, col_index = [], [], []
-    for i, (coefficients, _, _) in enumerate(rows):
-        for col, coefficient in coefficients.items():
-            data.append(coefficient)
-            row_index.append(i)
-            col_index.append(col)
-    matrix = coo_array((data, (row_index, col_index)), shape=(len(rows), count)).tocsr()
-    return LinearConstraint(matrix, [low for _, low, _ in rows], [high for _, _, high in rows])
+def _model(pool: Pool, items: Sequence[Item], fixed: Sequence[Booking] = ()) -> MoveModel:
+    """The core's integer program (:func:`jhub_gpubooking.core.exact_moves.build_model`, the
+    rows of the module docstring) for ``items``; ``fixed`` bookings keep their placements and
+    only take slices away from the GPUs they hold."""
+    demands = [Demand.of_amount(pool, item.start, item.end, item.amount) for item in items]
+    return build_model(pool, demands, held(pool, fixed))
 
 
 def fits_with_moves(pool: Pool, fixed: Sequence[Booking], items: Sequence[Item],
                     time_limit: float = 60) -> bool | None:
     """Can every item be placed at its times next to the ``fixed`` bookings? An exact
     feasibility ILP (None when HiGHS hit its time limit before deciding)."""
-    _, columns, rows, admit = _model(pool, items, fixed)
-    low = np.zeros(len(columns))
-    low[admit] = 1  # every item is placed
-    result = milp(np.zeros(len(columns)), constraints=_matrix(rows, len(columns)),
-                  integrality=np.ones(len(columns)), bounds=Bounds(low, 1),
-                  options={"time_limit": time_limit})
+    model = _model(pool, items, fixed)
+    result = model.solve([0.0] * len(model.columns), 1, time_limit)
     if result.status == 0:
         return True
     if result.status == 2:  # infeasible
@@ -193,25 +128,15 @@ def fits_with_moves(pool: Pool, fixed: Sequence[Booking], items: Sequence[Item],
 def solve(pool: Pool, items: Sequence[Item], time_limit: float = 600) -> Optimum:
     """The ILP of the module docstring, solved by HiGHS."""
     began = time.perf_counter()
-    gpus, columns, rows, admit = _model(pool, items)
-    capacity = pool.slices_per_gpu
-    cost = np.zeros(len(columns))
-    for r, a in enumerate(admit):
+    model = _model(pool, items)
+    cost = [0.0] * len(model.columns)
+    for r, a in enumerate(model.admit):
         cost[a] = -float(items[r].value)
-    placements: dict[int, Placement] = {}
-    result = milp(cost, constraints=_matrix(rows, len(columns)),
-                  integrality=np.ones(len(columns)), bounds=Bounds(0, 1),
-                  options={"time_limit": time_limit, "mip_rel_gap": 0})
+    result = model.solve(cost, 0, time_limit, exact_gap=True)
     if result.x is None:
         raise RuntimeError(f"HiGHS found no solution: {result.message}")
-    chosen = np.round(result.x).astype(int)
-    for r, item in enumerate(items):
-        if not chosen[admit[r]]:
-            continue
-        on = [gpus[key[2]] for col, key in enumerate(columns)
-              if key[0] == "x" and key[1] == r and chosen[col]]
-        slices = pool.amount_to_slices(item.amount) if item.amount < 1 else capacity
-        placements[item.id] = Placement(on[0][0], tuple(sorted(i for _, i in on)), slices)
+    placements = {items[r].id: placement
+                  for r, placement in model.placements(result.x).items()}
     if not feasible(pool, items, placements):
         raise RuntimeError("the ILP's solution overbooks a GPU")
     value = sum((item.value for item in items if item.id in placements), Fraction(0))

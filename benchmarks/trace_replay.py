@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
 
+from jhub_gpubooking.core import exact_moves
 from jhub_gpubooking.core import placement as placing
 from jhub_gpubooking.core.errors import NoCapacity
 from jhub_gpubooking.core.model import Booking, BookingState, Placement, Pool
@@ -57,10 +58,12 @@ def best_fit(pool, existing, start, end, amount, now) -> tuple[Placement, Moves]
 
 def re_placing(pool, existing, start, end, amount, now) -> tuple[Placement, Moves]:
     """:func:`jhub_gpubooking.core.replacement.place_or_move`: best fit, else move upcoming
-    bookings. ``existing`` holds every live booking within :data:`LONGEST_BOOKING` of the
-    request, so it is complete for every booking that may move (``known``)."""
+    bookings, with the service's default time for its exact last resort. ``existing`` holds
+    every live booking within :data:`LONGEST_BOOKING` of the request, so it is complete for
+    every booking that may move (``known``)."""
     found = place_or_move(pool, existing, start, end, amount, now,
-                          known=(start - LONGEST_BOOKING, end + LONGEST_BOOKING))
+                          known=(start - LONGEST_BOOKING, end + LONGEST_BOOKING),
+                          exact_seconds=exact_moves.DEFAULT_SECONDS)
     return found.placement, tuple((move.booking.id, move.placement) for move in found.moves)
 
 

@@ -329,3 +329,20 @@ class MaintenanceWindow:
 
     def covers(self, node: str) -> bool:
         return self.node is None or self.node == node
+
+
+@dataclass(frozen=True)
+class Move:
+    """``booking`` (with its old placement) goes to ``placement`` (a booking not yet started
+    re-placed to let a request in, see :mod:`.replacement`)."""
+
+    booking: Booking
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Where a request goes, and the bookings moved to make room (empty: none moved)."""
+
+    placement: Placement
+    moves: tuple[Move, ...] = ()

@@ -34,18 +34,20 @@ at once where needed, which the chain's move limit forbids (the quarters in the 
 request for a whole node, each pushing smaller ones along), so it does not minimise the
 moves; a refusal still means "found nothing within the bounds". Its budget
 (:data:`REPACK_GPU_STEPS`) counts GPUs looked at, so a create stays cheap on a pool of any
-size.
+size. Last, when the caller allows it time (``exact_seconds``), the integer program of
+:mod:`.exact_moves` decides the large instance exactly, moving as few bookings as HiGHS finds
+in that time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
 from itertools import combinations
 
-from .model import Booking, BookingState, MaintenanceWindow, Placement, Pool
+from .exact_moves import place_exactly
+from .model import Booking, BookingState, MaintenanceWindow, Move, Placement, Pool, Replacement
 from .placement import fit, place
 from .timegrid import as_utc
 
@@ -75,22 +77,6 @@ REPACK_TARGETS = 8
 REPACK_GPU_STEPS = 12_000
 
 
-@dataclass(frozen=True)
-class Move:
-    """``booking`` (with its old placement) goes to ``placement``."""
-
-    booking: Booking
-    placement: Placement
-
-
-@dataclass(frozen=True)
-class Replacement:
-    """Where the request goes, and the bookings moved to make room (empty: none moved)."""
-
-    placement: Placement
-    moves: tuple[Move, ...] = ()
-
-
 def is_movable(booking: Booking, now: datetime) -> bool:
     """The one rule for which bookings may move: upcoming at ``now``, placed, not claimed by a
     server and not an opportunistic grant (those are in use now)."""
@@ -111,16 +97,21 @@ def place_or_move(
     now: datetime,
     maintenance: Iterable[MaintenanceWindow] = (),
     known: tuple[datetime, datetime] | None = None,
+    exact_seconds: float = 0,
 ) -> Replacement:
     """Place ``amount`` GPUs of ``pool`` for [start, end), moving upcoming bookings if needed.
 
     Without moves this is :func:`.placement.place` (best fit). Otherwise movable bookings (see
     :func:`is_movable` at ``now``) are moved: the fewest on a small instance, the fewest the
-    bounded chain finds, else as the repacking leaves them (module docstring). A moved booking
-    may collide only with what ``existing`` holds, so ``existing`` must hold every booking
-    overlapping the bookings that could move. ``known`` = (from, until) says ``existing`` is complete only
-    inside that interval: bookings reaching outside it stay where they are. Raises the
-    :class:`NoCapacity` of the plain placement when nothing is found.
+    bounded chain finds, else as the repacking leaves them (module docstring). When those
+    bounded phases find nothing on a large instance and ``exact_seconds`` > 0, the last resort
+    is the exact integer program of :mod:`.exact_moves` (HiGHS, at most about that many
+    seconds), unless the request would not fit even with every movable booking gone. A moved
+    booking may collide only with what ``existing`` holds, so ``existing`` must hold every
+    booking overlapping the bookings that could move. ``known`` = (from, until) says
+    ``existing`` is complete only inside that interval: bookings reaching outside it stay
+    where they are. Raises the :class:`NoCapacity` of the plain placement when nothing is
+    found.
     """
     existing = list(existing)
     maintenance = list(maintenance)
@@ -133,10 +124,28 @@ def place_or_move(
     search = _Search(pool, existing, maintenance, start, end, Fraction(amount), as_utc(now),
                      known)
     found = search.run()
+    if found is None and not search.exact and exact_seconds > 0:
+        found = _place_exactly(search, existing, maintenance, start, end, Fraction(amount),
+                               exact_seconds)
     if found is None:
         place(pool, during, start, end, amount, maintenance)  # raises the refusal
         raise AssertionError("place() placed what fit() could not")
     return found
+
+
+def _place_exactly(search: _Search, existing: list[Booking],
+                   maintenance: list[MaintenanceWindow], start: datetime, end: datetime,
+                   amount: Fraction, seconds: float) -> Replacement | None:
+    """The exact last resort, with the search's own split into what may move and what stays
+    (``is_movable`` and ``known``); skipped when only what stays is in the way."""
+    movable = [hold.booking for hold in search.holds[1:] if hold.movable]
+    moving = {id(booking) for booking in movable}
+    staying = [b for b in existing if id(b) not in moving]
+    if fit(search.pool, [b for b in staying if b.start < end and start < b.end], start, end,
+           amount, maintenance) is None:
+        return None
+    return place_exactly(search.pool, staying, movable, start, end, amount, maintenance,
+                         seconds)
 
 
 class _Hold:

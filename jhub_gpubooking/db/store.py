@@ -22,6 +22,7 @@ from ..core import placement as placing
 from ..core import policy as booking_policy
 from ..core.clock import Clock, SystemClock
 from ..core.errors import BookingError, Conflict, InvalidRequest, NoCapacity, NotFound
+from ..core.exact_moves import DEFAULT_SECONDS as DEFAULT_EXACT_SECONDS
 from ..core.model import Booking, BookingState, MaintenanceWindow, Pool, checked_text, parse_amount
 from ..core.next_free import naming_next_free
 from ..core.timegrid import as_utc, floor_to_grid, format_time, is_on_grid
@@ -50,6 +51,7 @@ class BookingStore:
         slot_minutes: int = 15,
         clock: Clock | None = None,
         budgets: Any = None,
+        exact_move_seconds: float = DEFAULT_EXACT_SECONDS,
     ):
         self._session_factory = session_factory
         self.pools = dict(pools)
@@ -61,6 +63,8 @@ class BookingStore:
         self.clock = clock or SystemClock()
         #: a :class:`~.budgets.BudgetBook` (group budgets, charge mode) or None
         self.budgets = budgets
+        #: seconds a create may spend on the exact re-placement of upcoming bookings (0: off)
+        self.exact_move_seconds = exact_move_seconds
 
     # -- configuration held in memory ------------------------------------------------------
 

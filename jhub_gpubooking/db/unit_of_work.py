@@ -273,7 +273,8 @@ class UnitOfWork(BookingChecks):
         A moved booking must not collide with anything over its own interval, so the read is
         widened once, to cover the movable bookings overlapping the request but by at most
         :data:`MOVE_READ_MARGIN` on each side; bookings reaching outside that read stay where
-        they are (a bound: one short read keeps a create on a busy pool fast)."""
+        they are (a bound: one short read keeps a create on a busy pool fast). The exact last
+        resort may take up to the store's ``exact_move_seconds``, under the pool's lock."""
         pool_spec = self.store.pools[request.pool]
         # read under the pool's lock: a booking that started while this request waited for
         # the lock has started, and a claim (which takes the same lock) is already visible
@@ -288,7 +289,7 @@ class UnitOfWork(BookingChecks):
             bookings = bookings + more
         found = replacement.place_or_move(
             pool_spec, bookings, request.start, request.end, request.amount, now, windows,
-            known=(start, end),
+            known=(start, end), exact_seconds=self.store.exact_move_seconds,
         )
         self.move_all([(move.booking, move.placement) for move in found.moves])
         return found.placement

@@ -43,6 +43,7 @@ from ..cluster.access import ClusterAccess
 from ..cluster.nodes import NodeInventory
 from ..cluster.webhook import AdmissionWebhook
 from ..core.clock import Clock, SystemClock
+from ..core.exact_moves import DEFAULT_SECONDS as DEFAULT_EXACT_SECONDS
 from ..core.model import Pool
 from ..core.policy import SAFE_DEFAULT_POLICY
 from ..db.flags import BookingFlags
@@ -234,6 +235,21 @@ class GPUBookingService(Application):
     slot_minutes = Integer(
         15, help="Booking grid in minutes: bookings start and end on multiples of it."
     ).tag(config=True)
+    exact_move_seconds = Float(
+        DEFAULT_EXACT_SECONDS,
+        help="Longest time in seconds a create may spend re-placing upcoming bookings exactly "
+        "(an integer program solved by HiGHS, from scipy) when the quick searches find no way to "
+        "let the request in by moving bookings that have not started. The pool's lock is held "
+        "meanwhile, so other creates, claims and cancels in that pool wait; the best "
+        "re-placement found in time is used. 0 turns this last resort off.",
+    ).tag(config=True)
+
+    @validate("exact_move_seconds")
+    def _exact_move_seconds_not_negative(self, proposal) -> float:
+        if proposal["value"] < 0:
+            raise ValueError("exact_move_seconds must be 0 (off) or more seconds.")
+        return proposal["value"]
+
     spawner_services = List(
         Unicode(),
         help="Hub services whose tokens act as the Hub's spawner (may read any user's active "
@@ -376,6 +392,7 @@ class GPUBookingService(Application):
             self.group_policies,
             slot_minutes=self.slot_minutes,
             clock=self.clock,
+            exact_move_seconds=self.exact_move_seconds,
             budgets=self.budgets.budget_book(),
         )
         store.sync_pools()

@@ -1,0 +1,307 @@
+"""Re-placing upcoming bookings exactly: an integer program solved by HiGHS.
+
+:mod:`.replacement`'s chain and repack are bounded on a large pool, so they can refuse a
+request that some re-placement of the upcoming bookings would let in. This module decides
+that question exactly (up to a time limit) with one integer linear program, the one rule for
+"where can these bookings go" that the benchmarks' offline optimum and their check of
+avoidable refusals build on too (:func:`build_model`):
+
+* every *demand* (a booking that may move, or the request) takes ``slices`` of ``width`` GPUs
+  for its fixed [start, end): ``a[r]`` = 1 when it is placed;
+* one GPU (``width`` 1): ``sum_g x[r, g] = a[r]``;
+* ``width`` whole GPUs on one node: ``y[r, n]`` picks the node, ``sum_{g in n} x[r, g] =
+  width * y[r, n]`` and ``sum_n y[r, n] = a[r]``;
+* no GPU holds more slices than it has at any moment: the use of a GPU only grows at a start,
+  so one row per GPU and start (of a demand, of what stays, of a maintenance window) checks
+  every moment; what stays (``held``) only takes capacity away.
+
+:func:`place_exactly` fixes every ``a`` to 1 and minimises the bookings that leave their GPUs
+(a time-limited incumbent is taken as it is), then checks the answer with the core's own audit
+(:func:`.placement.overbooked_instants`, :func:`.placement.maintenance_collisions`) before
+returning it. scipy is imported only when a model is solved, so importing this module (the
+Hub imports the spawner, which imports the core) never imports scipy.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from .model import Booking, MaintenanceWindow, Move, Placement, Pool, Replacement
+from .placement import Held, held, maintenance_collisions, overbooked_instants
+from .timegrid import as_utc
+
+#: Seconds HiGHS may spend on one create's re-placement by default (the service's
+#: ``GPUBookingService.exact_move_seconds``; the pool's lock is held meanwhile).
+DEFAULT_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Demand:
+    """Something to place: ``slices`` on each of ``width`` GPUs of one node for [start, end)."""
+
+    start: datetime
+    end: datetime
+    slices: int
+    width: int
+
+    @classmethod
+    def of_amount(cls, pool: Pool, start: datetime, end: datetime, amount: Fraction) -> Demand:
+        """A request for ``amount`` GPUs of ``pool`` (the pool's own slice rule)."""
+        amount = Fraction(amount)
+        slices = pool.amount_to_slices(amount)  # also refuses amounts the pool cannot give
+        if amount >= 1:
+            return cls(as_utc(start), as_utc(end), pool.slices_per_gpu, int(amount))
+        return cls(as_utc(start), as_utc(end), slices, 1)
+
+    @classmethod
+    def of_booking(cls, booking: Booking) -> Demand:
+        """A placed booking as it holds now: its slices on as many GPUs as it has."""
+        placed = booking.placement
+        return cls(as_utc(booking.start), as_utc(booking.end), placed.slices, len(placed.gpus))
+
+
+@dataclass
+class MoveModel:
+    """The columns and rows of the integer program of the module docstring.
+
+    ``columns`` name each variable: ("a", r), ("y", r, node), ("x", r, g) or ("stay", r);
+    ``rows`` are (coefficients by column, low, high); ``admit[r]`` is the column of ``a[r]``;
+    ``x_of[r]`` maps GPU position -> column of ``x[r, g]``.
+    """
+
+    pool: Pool
+    demands: Sequence[Demand]
+    gpus: list[tuple[str, int]]
+    position: dict[tuple[str, int], int]
+    columns: list[tuple] = field(default_factory=list)
+    rows: list[tuple[dict[int, float], float, float]] = field(default_factory=list)
+    admit: list[int] = field(default_factory=list)
+    x_of: list[dict[int, int]] = field(default_factory=list)
+
+    def column(self, key: tuple) -> int:
+        self.columns.append(key)
+        return len(self.columns) - 1
+
+    def constraints(self) -> Any:
+        """The rows as one ``scipy.optimize.LinearConstraint`` (a sparse matrix)."""
+        from scipy.optimize import LinearConstraint
+        from scipy.sparse import coo_array
+
+        data, row_index, col_index = [], [], []
+        for i, (coefficients, _, _) in enumerate(self.rows):
+            for col, coefficient in coefficients.items():
+                data.append(coefficient)
+                row_index.append(i)
+                col_index.append(col)
+        matrix = coo_array((data, (row_index, col_index)),
+                           shape=(len(self.rows), len(self.columns))).tocsr()
+        return LinearConstraint(matrix, [low for _, low, _ in self.rows],
+                                [high for _, _, high in self.rows])
+
+    def solve(self, cost: Sequence[float], placed_at_least: float, time_limit: float,
+              exact_gap: bool = False) -> Any:
+        """``scipy.optimize.milp`` on the model: minimise ``cost``, every ``a`` at least
+        ``placed_at_least`` (1: all placed), every variable binary."""
+        import numpy as np
+        from scipy.optimize import Bounds, milp
+
+        low = np.zeros(len(self.columns))
+        low[self.admit] = placed_at_least
+        options: dict[str, float] = {"time_limit": max(time_limit, 0.001)}
+        if exact_gap:
+            options["mip_rel_gap"] = 0
+        return milp(np.asarray(cost, dtype=float), constraints=self.constraints(),
+                    integrality=np.ones(len(self.columns)), bounds=Bounds(low, 1),
+                    options=options)
+
+    def placements(self, values: Sequence[float]) -> dict[int, Placement]:
+        """Demand index -> its placement in a solution (placed demands only)."""
+        chosen: dict[int, Placement] = {}
+        for r, demand in enumerate(self.demands):
+            if values[self.admit[r]] < 0.5:
+                continue
+            on = sorted(self.gpus[g] for g, col in self.x_of[r].items() if values[col] > 0.5)
+            chosen[r] = Placement(on[0][0], tuple(index for _, index in on), demand.slices)
+        return chosen
+
+
+def build_model(pool: Pool, demands: Sequence[Demand], holding: Iterable[Held] = ()) -> MoveModel:
+    """The integer program of the module docstring for ``demands`` next to what ``holding``
+    holds (see :func:`.placement.held`: bookings that stay and maintenance windows)."""
+    gpus = [(node, index) for node, count in pool.nodes.items() for index in range(count)]
+    position = {gpu: g for g, gpu in enumerate(gpus)}
+    model = MoveModel(pool, demands, gpus, position)
+    for demand in demands:
+        a = model.column(("a", len(model.admit)))
+        r = len(model.admit)
+        model.admit.append(a)
+        xs: dict[int, int] = {}
+        if demand.width == 1:
+            for g in range(len(gpus)):
+                xs[g] = model.column(("x", r, g))
+            model.rows.append(({**{col: 1.0 for col in xs.values()}, a: -1.0}, 0, 0))
+        else:
+            picks = {}
+            for node, count in pool.nodes.items():
+                if count < demand.width:
+                    continue
+                y = model.column(("y", r, node))
+                picks[y] = 1.0
+                on_node = {position[(node, i)]: model.column(("x", r, position[(node, i)]))
+                           for i in range(count)}
+                xs.update(on_node)
+                model.rows.append(({**{col: 1.0 for col in on_node.values()},
+                                    y: -float(demand.width)}, 0, 0))
+            model.rows.append(({**picks, a: -1.0}, 0, 0))
+        model.x_of.append(xs)
+    _capacity_rows(model, holding)
+    return model
+
+
+def _capacity_rows(model: MoveModel, holding: Iterable[Held]) -> None:
+    """One row per GPU and moment something starts on it while a demand runs."""
+    pool, demands = model.pool, model.demands
+    capacity = pool.slices_per_gpu
+    position = model.position
+    if not demands:
+        return
+    first = min(d.start for d in demands)
+    last = max(d.end for d in demands)
+    fixed: list[list[tuple[datetime, datetime, int]]] = [[] for _ in model.gpus]
+    for begin, finish, node, indices, slices in holding:
+        if finish <= first or begin >= last or begin >= finish:
+            continue
+        for index in indices:
+            g = position.get((node, index))
+            if g is not None:
+                fixed[g].append((begin, finish, slices))
+    by_start = sorted(range(len(demands)), key=lambda r: demands[r].start)
+    starts = [demands[r].start for r in by_start]
+
+    def running(moment: datetime) -> list[int]:
+        # demands started by ``moment`` (a prefix in start order) and not yet ended
+        return [r for r in by_start[:bisect_right(starts, moment)] if demands[r].end > moment]
+
+    cache: dict[datetime, list[int]] = {}
+    demand_starts = set(starts)
+    for g, holds in enumerate(fixed):
+        moments = demand_starts | {begin for begin, _, _ in holds if first <= begin < last}
+        for moment in sorted(moments):
+            members = cache.get(moment)
+            if members is None:
+                members = cache[moment] = running(moment)
+            in_row = [(model.x_of[r][g], demands[r].slices) for r in members
+                      if g in model.x_of[r]]
+            if not in_row:
+                continue
+            room = capacity - sum(slices for begin, finish, slices in holds
+                                  if begin <= moment < finish)
+            if sum(slices for _, slices in in_row) > room:
+                model.rows.append(({col: float(slices) for col, slices in in_row},
+                                   float("-inf"), float(room)))
+
+
+def place_exactly(
+    pool: Pool,
+    staying: Sequence[Booking],
+    movable: Sequence[Booking],
+    start: datetime,
+    end: datetime,
+    amount: Fraction,
+    maintenance: Sequence[MaintenanceWindow] = (),
+    time_limit: float = DEFAULT_SECONDS,
+) -> Replacement | None:
+    """Place ``amount`` GPUs for [start, end), moving bookings of ``movable`` (each keeping
+    its slices, GPU count, times and one node) as few as HiGHS finds within ``time_limit``
+    seconds; ``staying`` bookings and ``maintenance`` keep their capacity. None when the
+    program is infeasible or no solution was found in time. The answer is audited before it
+    is returned (a finding raises: it would be a bug in the model)."""
+    start, end = as_utc(start), as_utc(end)
+    gpus = {(node, i) for node, count in pool.nodes.items() for i in range(count)}
+    # a booking on GPUs the pool no longer has (a node taken out of config) stays put
+    placeable = [b for b in movable
+                 if all((b.placement.node, i) in gpus for i in b.placement.gpus)]
+    in_play = _in_play(placeable, start, end)
+    moving = {id(b) for b in in_play}
+    staying = [*staying, *(b for b in movable if id(b) not in moving)]
+    movable = in_play
+    request = Demand.of_amount(pool, start, end, amount)
+    demands = [*(Demand.of_booking(b) for b in movable), request]
+    low = min(d.start for d in demands)
+    high = max(d.end for d in demands)
+    staying = [b for b in staying if b.start < high and low < b.end]
+    maintenance = [w for w in maintenance if w.start < high and low < w.end]
+    model = build_model(pool, demands, held(pool, staying, maintenance))
+    # keeping a booking where it is earns 1: the objective counts the bookings that move
+    cost = [0.0] * len(model.columns)
+    for r, booking in enumerate(movable):
+        current = [model.x_of[r][model.position[(booking.placement.node, i)]]
+                   for i in booking.placement.gpus]
+        if len(current) == 1:
+            cost[current[0]] = -1.0
+            continue
+        stay = model.column(("stay", r))
+        cost.append(-1.0)
+        for col in current:
+            model.rows.append(({stay: 1.0, col: -1.0}, float("-inf"), 0.0))
+    result = model.solve(cost, 1, time_limit)
+    if result.x is None:
+        return None
+    placed = model.placements(result.x)
+    moves = tuple(Move(booking, placed[r]) for r, booking in enumerate(movable)
+                  if _moved(booking.placement, placed[r]))
+    found = Replacement(placed[len(movable)], moves)
+    _audit(pool, staying, movable, found, start, end, amount, maintenance)
+    return found
+
+
+def _in_play(movable: Sequence[Booking], start: datetime, end: datetime) -> list[Booking]:
+    """The movable bookings whose times are linked to the request's by a chain of overlapping
+    ones: moving any other cannot make room for it (nothing it overlaps moves)."""
+    low, high = start, end
+    pending = sorted(movable, key=lambda b: b.start)
+    linked: list[Booking] = []
+    grew = True
+    while grew:
+        grew = False
+        rest = []
+        for booking in pending:
+            if booking.start < high and low < booking.end:
+                linked.append(booking)
+                low, high = min(low, booking.start), max(high, booking.end)
+                grew = True
+            else:
+                rest.append(booking)
+        pending = rest
+    return linked
+
+
+def _moved(old: Placement, new: Placement) -> bool:
+    return (old.node, tuple(sorted(old.gpus))) != (new.node, tuple(sorted(new.gpus)))
+
+
+def _audit(pool: Pool, staying: Sequence[Booking], movable: Sequence[Booking],
+           found: Replacement, start: datetime, end: datetime, amount: Fraction,
+           maintenance: Sequence[MaintenanceWindow]) -> None:
+    """The core's own checks on the answer: no GPU holds more than before anywhere, nothing
+    placed or moved meets a maintenance window, every placement keeps its size on one node."""
+    request = Booking(user="", pool=pool.name, amount=Fraction(amount), start=start, end=end,
+                      placement=found.placement)
+    new = {id(move.booking): move.placement for move in found.moves}
+    moved = [b.with_changes(placement=new[id(b)]) for b in movable if id(b) in new]
+    after = [b for b in movable if id(b) not in new] + moved
+    before = overbooked_instants(pool, [*staying, *movable])
+    if not set(overbooked_instants(pool, [*staying, *after, request])) <= set(before):
+        raise AssertionError("the exact re-placement overbooks a GPU")
+    if any(maintenance_collisions(window, [request, *moved]) for window in maintenance):
+        raise AssertionError("the exact re-placement meets a maintenance window")
+    for move in found.moves:
+        booking, placement = move.booking, move.placement
+        if (placement.slices, len(placement.gpus)) != (booking.placement.slices,
+                                                       len(booking.placement.gpus)):
+            raise AssertionError("the exact re-placement resized a booking")
