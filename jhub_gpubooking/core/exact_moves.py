@@ -107,16 +107,16 @@ class MoveModel:
               exact_gap: bool = False) -> Any:
         """``scipy.optimize.milp`` on the model: minimise ``cost``, every ``a`` at least
         ``placed_at_least`` (1: all placed), every variable binary."""
-        import numpy as np
         from scipy.optimize import Bounds, milp
 
-        low = np.zeros(len(self.columns))
-        low[self.admit] = placed_at_least
+        low = [0.0] * len(self.columns)
+        for a in self.admit:
+            low[a] = placed_at_least
         options: dict[str, float] = {"time_limit": max(time_limit, 0.001)}
         if exact_gap:
             options["mip_rel_gap"] = 0
-        return milp(np.asarray(cost, dtype=float), constraints=self.constraints(),
-                    integrality=np.ones(len(self.columns)), bounds=Bounds(low, 1),
+        return milp([float(c) for c in cost], constraints=self.constraints(),
+                    integrality=[1] * len(self.columns), bounds=Bounds(low, 1),
                     options=options)
 
     def placements(self, values: Sequence[float]) -> dict[int, Placement]:

@@ -124,7 +124,8 @@ def place_or_move(
     search = _Search(pool, existing, maintenance, start, end, Fraction(amount), as_utc(now),
                      known)
     found = search.run()
-    if found is None and not search.exact and exact_seconds > 0:
+    # an exact search that ran its course proved no re-placement exists; else ask the program
+    if found is None and not search.proved_none and exact_seconds > 0:
         found = _place_exactly(search, existing, maintenance, start, end, Fraction(amount),
                                exact_seconds)
     if found is None:
@@ -213,6 +214,8 @@ class _Search:
         self.max_moves = movable_count if self.exact else BOUNDED_MOVES
         self.budget = EXACT_EXPANSIONS if self.exact else BOUNDED_EXPANSIONS
         self.expansions = 0
+        #: set by run(): an exhaustive search found no re-placement (so none exists)
+        self.proved_none = False
         self.cut_by_moves = False  # did the limit on moves cut a branch of this round?
         self.placed_in_search: set[int] = set()
         self.original = {h: hold.gpus for h, hold in enumerate(self.holds)}
@@ -233,11 +236,14 @@ class _Search:
                 if self._extend([0], moved, allowed):
                     return self._result()
                 if not self.cut_by_moves:
-                    return None  # nothing was cut by the limit: more moves cannot help
+                    # nothing was cut by the limit: more moves cannot help
+                    self.proved_none = self.exact
+                    return None
         except _OutOfBudget:
             pass
         if not self.exact:
             return self._repack_all()
+        self.proved_none = self.expansions < self.budget
         return None
 
     def _extend(self, unplaced: list[int], moved: set[int], allowed: int) -> bool:
