@@ -32,7 +32,7 @@ from fractions import Fraction
 from typing import Any
 
 from .model import Booking, MaintenanceWindow, Move, Placement, Pool, Replacement
-from .placement import Held, held, maintenance_collisions, overbooked_instants
+from .placement import Held, Overbooking, held, maintenance_collisions, overbooked_instants
 from .timegrid import as_utc
 
 #: Seconds HiGHS may spend on one create's re-placement by default (the service's
@@ -199,8 +199,9 @@ def _capacity_rows(model: MoveModel, holding: Iterable[Held]) -> None:
                       if g in model.x_of[r]]
             if not in_row:
                 continue
-            room = capacity - sum(slices for begin, finish, slices in holds
-                                  if begin <= moment < finish)
+            # a GPU already over its slices (data from before a config change) takes nothing
+            room = max(0, capacity - sum(slices for begin, finish, slices in holds
+                                         if begin <= moment < finish))
             if sum(slices for _, slices in in_row) > room:
                 model.rows.append(({col: float(slices) for col, slices in in_row},
                                    float("-inf"), float(room)))
@@ -296,7 +297,7 @@ def _audit(pool: Pool, staying: Sequence[Booking], movable: Sequence[Booking],
     moved = [b.with_changes(placement=new[id(b)]) for b in movable if id(b) in new]
     after = [b for b in movable if id(b) not in new] + moved
     before = overbooked_instants(pool, [*staying, *movable])
-    if not set(overbooked_instants(pool, [*staying, *after, request])) <= set(before):
+    if not _no_worse(overbooked_instants(pool, [*staying, *after, request]), before):
         raise AssertionError("the exact re-placement overbooks a GPU")
     if any(maintenance_collisions(window, [request, *moved]) for window in maintenance):
         raise AssertionError("the exact re-placement meets a maintenance window")
@@ -305,3 +306,19 @@ def _audit(pool: Pool, staying: Sequence[Booking], movable: Sequence[Booking],
         if (placement.slices, len(placement.gpus)) != (booking.placement.slices,
                                                        len(booking.placement.gpus)):
             raise AssertionError("the exact re-placement resized a booking")
+
+
+def _no_worse(after: list[Overbooking], before: list[Overbooking]) -> bool:
+    """Every GPU over its slices afterwards was so before, at least as much, all that time (a
+    pool's data can already be overbooked, e.g. after its slices per GPU were lowered)."""
+    for found in after:
+        covered = sum(
+            (min(old.end, found.end) - max(old.start, found.start)).total_seconds()
+            for old in before
+            if (old.node, old.gpu) == (found.node, found.gpu)
+            and old.used_slices >= found.used_slices
+            and old.start < found.end and found.start < old.end
+        )
+        if covered < (found.end - found.start).total_seconds():
+            return False
+    return True

@@ -163,6 +163,20 @@ def test_maintenance_and_the_known_interval_bound_the_program():
                          GENEROUS_SECONDS) is None
 
 
+def test_a_gpu_already_over_its_slices_takes_nothing_more():
+    """Five started quarters on GPU 0 of n0 (say the pool had more slices when they were
+    booked) and an upcoming quarter there too: the quarter moves off it, next to the request,
+    and the audit accepts a GPU that is less overbooked than before."""
+    maintenance = [MaintenanceWindow("p", hour(0), hour(8), node="n1")]
+    started = [quarter(user, "n0", 0, 1, 5) for user in "abcde"]
+    upcoming = quarter("f", "n0", 0, 3, 5)
+    found = place_exactly(POOL, started, [upcoming], hour(3), hour(4), Fraction(1, 2),
+                          maintenance, GENEROUS_SECONDS)
+    assert found.placement == Placement("n0", (1,), 2)
+    assert [(move.booking.user, move.placement) for move in found.moves] == [
+        ("f", Placement("n0", (1,), 1))]
+
+
 def test_importing_the_core_does_not_import_scipy():
     """The Hub imports the spawner, which imports the core: scipy is loaded only to solve."""
     import subprocess
