@@ -1,7 +1,9 @@
 """Lab-trace simulation: a semester of bookings replayed against the booking core.
 
-Run from the repository root (a few minutes on 2 cores, plus 0.5-1 s per refusal the ILP decides,
-about 1,000 per seed: ``--exact-sample 150`` decides a sample; ``--tiny`` takes seconds)::
+Run from the repository root (each re-placing replay of a seed takes about 6 minutes on 2 quiet
+cores, most of it in the exact last resort of ``place_or_move``, about 3,000 calls of up to 1 s;
+plus 0.3-1 s per refusal the ILP decides, about 1,000 per seed: ``--exact-sample 150`` decides
+a sample; ``--tiny`` takes seconds)::
 
     python -m benchmarks.lab_trace [--seeds 1,2,3,4] [--users 48] [--weeks 16] [--load 0.85]
                                    [--exact-sample N] [--json results.json]
@@ -11,7 +13,8 @@ joins the waitlist) is described in :mod:`benchmarks.tracegen`; the replays in
 :mod:`benchmarks.trace_replay`. On the first seed the same trace is replayed side by side:
 
 * **re-placing + waitlist + start early** — the scheduler of issue 17: best fit, and when that
-  refuses, :func:`jhub_gpubooking.core.replacement.place_or_move` moves upcoming bookings;
+  refuses, :func:`jhub_gpubooking.core.replacement.place_or_move` moves upcoming bookings (its
+  exact last resort with the service's default time limit);
   refused users may wait; no-shows are released after 15 minutes, and capacity a release frees
   is offered to bookings starting within 8 hours (``core.start_early``). The targets are
   measured on this one;
@@ -51,6 +54,7 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from fractions import Fraction
 
+from jhub_gpubooking.core import exact_moves
 from jhub_gpubooking.core.model import Pool, format_amount
 from jhub_gpubooking.core.policy import gpu_hours
 
@@ -321,9 +325,10 @@ def diagnose(trace: Trace, product: dict, by_name: dict[str, dict]) -> list[str]
             "bookings, which never move; of the other "
             f"{product['fragmentation_refusals_not_blocked']}, an exact check (an ILP each, "
             f"{decided}) finds {product['fragmentation_refusals_avoidable']} that some "
-            "re-placement of upcoming bookings would have let in: place_or_move is exhaustive "
-            "only on small pools and bounded on this one, so it missed them. The rest need "
-            "their room themselves."
+            "re-placement of upcoming bookings would have let in: place_or_move's exact last "
+            "resort (the same ILP) has a time limit of "
+            f"{exact_moves.DEFAULT_SECONDS:g} s per create, the check 30 s, so these are the "
+            "ones it stopped on in time. The rest need their room themselves."
         )
     if product["fairness"] < 0.9:
         notes.append(f"Fairness {product['fairness']:.3f} over {product['contended_users']} "
