@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, insert, select, update
@@ -53,6 +54,9 @@ LOCK_POOLS = (
 )
 INSERT_BOOKING = insert(BookingRow.__table__)
 INSERT_EVENT = insert(BookingEventRow.__table__)
+#: What a booking's "created" event is given besides its booking's id (see
+#: :func:`insert_booking_and_event`).
+EVENT_PARAMETERS = ("event_at", "event_actor", "event_kind", "event_detail")
 #: One booking put on other GPUs; executed once for all of a create's moves (executemany)
 MOVE_BOOKING = (
     update(BookingRow.__table__)
@@ -65,6 +69,31 @@ MOVE_BOOKING = (
 #: only bookings inside that wider interval may move (reading a busy pool costs ~0.1 ms per
 #: booking, and bookings reaching further are rarely the ones that can move anyway).
 MOVE_READ_MARGIN = timedelta(hours=4)
+
+
+@cache
+def insert_booking_and_event(columns: tuple[str, ...]):
+    """PostgreSQL only: the booking's INSERT (of ``columns``, each given as the parameter of
+    its name) and its first event's, in one statement (a data-modifying ``WITH``), returning
+    the new booking's id. A round trip less on the service's most frequent write; SQLite and
+    MariaDB have no INSERT inside a ``WITH``, so they send the two inserts."""
+    bookings, events = BookingRow.__table__, BookingEventRow.__table__
+    new_booking = (
+        insert(bookings)
+        .values({name: bindparam(name, type_=bookings.c[name].type) for name in columns})
+        .returning(bookings.c.id)
+        .cte("new_booking")
+    )
+    event = select(new_booking.c.id, *(
+        bindparam(parameter, type_=events.c[parameter.removeprefix("event_")].type)
+        for parameter in EVENT_PARAMETERS
+    ))
+    return (
+        insert(events)
+        .from_select(["booking_id", "at", "actor", "kind", "detail"], event)
+        .returning(events.c.booking_id)
+        .add_cte(new_booking)
+    )
 
 
 def clock_time(when: datetime) -> str:
@@ -323,14 +352,22 @@ class UnitOfWork(BookingChecks):
         """Insert ``booking``, already placed, and record its "created" event (with ``detail``);
         returns it as stored (with its id)."""
         values = booking_row(booking, self.store.pools[booking.pool], self.store.stamp())
-        inserted = rows_connection(self.session).execute(INSERT_BOOKING, values)
-        stored = booking_from_new_row(inserted.inserted_primary_key[0], values)
         placed = booking.placement
-        self._record(stored.id, actor, "created", dict(
+        event = dict(
             gpus=str(booking.amount), start=format_time(booking.start),
             end=format_time(booking.end), node=placed.node, gpu_indices=list(placed.gpus),
             **detail,
-        ))
+        )
+        connection = rows_connection(self.session)
+        if connection.dialect.name == "postgresql":
+            booking_id = connection.execute(insert_booking_and_event(tuple(values)), {
+                **values, "event_at": self.store.stamp(), "event_actor": actor,
+                "event_kind": "created", "event_detail": event,
+            }).scalar_one()
+            return booking_from_new_row(booking_id, values)
+        inserted = connection.execute(INSERT_BOOKING, values)
+        stored = booking_from_new_row(inserted.inserted_primary_key[0], values)
+        self._record(stored.id, actor, "created", event)
         return stored
 
     def bind(self, row: BookingRow, server: str) -> BookingRow:

@@ -133,6 +133,9 @@ def test_the_creates_one_read_finds_what_the_two_reads_find(store, clock):
     clock.advance(timedelta(hours=-1))
     store.create("ada", "a100", 1, at(9, 15), at(9, 30))  # ada's, before the policy's horizon
     clock.advance(timedelta(hours=1))
+    store.add_maintenance("t4", at(11), at(12), reason="firmware")  # the pool's, in the interval
+    store.add_maintenance("t4", at(12), at(13))  # the pool's, after the interval
+    store.add_maintenance("a100", at(10), at(12))  # another pool's
     policy = store.policy_for(())
     asked = request("ada", "t4", 1, 10, 12)
     now = store.now()
@@ -143,3 +146,4 @@ def test_the_creates_one_read_finds_what_the_two_reads_find(store, clock):
     assert (others, bookings, windows) == apart
     assert sorted((b.user, b.start.hour) for b in others) == [("ada", 10), ("ada", 13)]
     assert sorted((b.user, b.start.hour) for b in bookings) == [("ada", 10), ("bob", 11)]
+    assert [(w.pool, w.start.hour, w.reason) for w in windows] == [("t4", 11, "firmware")]
