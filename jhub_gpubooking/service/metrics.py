@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from fractions import Fraction
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -42,6 +43,8 @@ class ServiceMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        #: (route, method, status) -> the request counter's and histogram's children
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.bookings = Gauge(
             "gpubooking_bookings",
             "Bookings by state (upcoming, active, ended, cancelled).",
@@ -108,9 +111,16 @@ class ServiceMetrics:
         self.server_stops.inc()
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        labels = {"route": route, "method": method, "status": str(status)}
-        self.requests.labels(**labels).inc()
-        self.request_duration.labels(**labels).observe(seconds)
+        key = (route, method, status)
+        children = self._request_children.get(key)
+        if children is None:
+            # labels() checks and looks the children up under a lock on every call; a route,
+            # method and status seen once are seen again (there are a few dozen of them)
+            labels = {"route": route, "method": method, "status": str(status)}
+            children = self._request_children[key] = (
+                self.requests.labels(**labels), self.request_duration.labels(**labels))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def refresh(
         self,

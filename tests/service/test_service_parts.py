@@ -194,6 +194,30 @@ def test_metrics_exposition_uses_its_own_registry():
     assert "gpubooking_requests_total{" not in second.exposition().decode()
 
 
+def test_requests_of_one_route_and_status_add_up():
+    metrics = ServiceMetrics()
+    for seconds in (0.004, 0.02, 0.02):
+        metrics.observe_request("api/bookings", "POST", 201, seconds)
+    metrics.observe_request("api/bookings", "POST", 409, 0.01)
+    text = metrics.exposition().decode()
+    assert 'gpubooking_requests_total{method="POST",route="api/bookings",status="201"} 3.0' in text
+    assert 'gpubooking_requests_total{method="POST",route="api/bookings",status="409"} 1.0' in text
+    assert ('gpubooking_request_duration_seconds_bucket{le="0.005",method="POST",'
+            'route="api/bookings",status="201"} 1.0') in text
+    assert ('gpubooking_request_duration_seconds_count{method="POST",route="api/bookings",'
+            'status="201"} 3.0') in text
+
+
+def test_the_startup_heap_is_left_out_of_later_collections():
+    import gc
+
+    try:
+        service_app.freeze_startup_heap()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
 def test_every_configurable_trait_has_help():
     own = {
         name: trait
