@@ -299,12 +299,18 @@ class BookingStore:
     def upcoming_for_user(self, user: str) -> list[Booking]:
         return self.list(user=user, state=BookingState.UPCOMING)
 
-    def cancel(self, booking_id: int, actor: str | None) -> Booking:
+    def cancel(self, booking_id: int, actor: str | None,
+               check: Callable[[Booking], None] | None = None) -> Booking:
         """Cancel an upcoming booking; an active one ends now ("End now"): state ``ended``, the
         rest of its time free at once, no longer counted by the user's limits, never claimed
-        again. Its server is the caller's to stop."""
+        again. Its server is the caller's to stop.
+
+        ``check(booking)`` sees the booking, locked, before anything changes, and raises to
+        refuse (who may cancel it): no read of its own before this transaction."""
         with self.unit_of_work() as work:
             row = work.lock_booking(booking_id)
+            if check is not None:
+                check(booking_from_row(row))
             work.cancel(row, actor)
             return booking_from_row(row)
 

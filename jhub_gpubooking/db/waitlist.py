@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session
 
 from ..core import policy as booking_policy
 from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
@@ -163,34 +164,45 @@ class WaitStore:
 
     def expire(self, now: datetime | None = None) -> int:
         """Mark the waits whose latest start is past expired; returns how many."""
+        with self.store.unit_of_work() as work:
+            return self._expire(work.session, now)
+
+    def _expire(self, session: Session, now: datetime | None) -> int:
         store = self.store
         now = as_utc(now) if now is not None else store.now()
         # the slot starting at latest_start has ended (core.waitlist.expires_at)
         cutoff = floor_to_grid(now, store.slot_minutes) - timedelta(minutes=store.slot_minutes)
-        with store.unit_of_work() as work:
-            result = work.session.execute(
-                update(WaitRow)
-                .where(WaitRow.state == WaitState.WAITING.value, WaitRow.latest_start <= cutoff)
-                .values(state=WaitState.EXPIRED.value, updated=store.stamp())
-            )
-            return result.rowcount or 0
+        result = session.execute(
+            update(WaitRow)
+            .where(WaitRow.state == WaitState.WAITING.value, WaitRow.latest_start <= cutoff)
+            .values(state=WaitState.EXPIRED.value, updated=store.stamp())
+        )
+        return result.rowcount or 0
 
     def waiting(self, pools: Iterable[str] | None = None) -> list[Wait]:
         """The waiting requests (of ``pools``; all when None), in the order they are served."""
+        with self.store.read_transaction() as session:
+            return self._waiting(session, pools)
+
+    @staticmethod
+    def _waiting(session: Session, pools: Iterable[str] | None) -> list[Wait]:
         statement = select(WaitRow).where(WaitRow.state == WaitState.WAITING.value)
         if pools is not None:
             statement = statement.where(WaitRow.pool.in_(sorted(set(pools))))
-        with self.store.read_transaction() as session:
-            return fair_order(wait_from_row(row) for row in session.scalars(statement))
+        return fair_order(wait_from_row(row) for row in session.scalars(statement))
 
     def serve(self, pools: Iterable[str] | None = None,
               now: datetime | None = None) -> list[tuple[Wait, Booking]]:
         """Expire what is past, then try to book every waiting request of ``pools`` (all when
         None) in fair order; returns the waits booked and their bookings."""
         store = self.store
-        self.expire(now)
+        # one transaction for both: every cancel and shortened booking serves the waitlist,
+        # mostly to find nothing waiting
+        with store.unit_of_work() as work:
+            self._expire(work.session, now)
+            waiting = self._waiting(work.session, pools)
         now = as_utc(now) if now is not None else store.now()
-        waiting = [w for w in self.waiting(pools) if w.pool in store.pools]  # others expire
+        waiting = [w for w in waiting if w.pool in store.pools]  # others expire
         snapshots = self._snapshots(waiting, now)
         booked = []
         for wait in waiting:

@@ -17,10 +17,10 @@ from typing import Any
 from tornado import web
 
 from ..core.errors import NotFound
-from ..core.model import BookingState, checked_text, parse_amount
+from ..core.model import Booking, BookingState, checked_text, parse_amount
 from ..core.timegrid import ceil_to_grid, floor_to_grid, parse_time
 from ..db.next_free import next_free
-from .base import BaseHandler, refusal
+from .base import BaseHandler, Principal, refusal
 from .claims import IN_USE, POOL_UNKNOWN, PoolClaimRefused, claim_in_pool, holder_check
 from .serialize import (
     availability_json,
@@ -131,9 +131,15 @@ class APIHandler(BaseHandler):
                 booking = await self.run_in_executor(self.store.get, row_id(booking_id))
             except NotFound:
                 pass
-        if booking is None or not (principal.may_act_for(booking.user) or principal.is_spawner):
-            raise refusal(404, f"There is no booking {booking_id} you can see.")
-        return booking
+        return visible_booking(principal, booking_id, booking)
+
+
+def visible_booking(principal: Principal, booking_id: str, booking: Booking | None) -> Booking:
+    """``booking`` if ``principal`` may see it; the 404 of a booking that does not exist
+    otherwise (others' bookings stay hidden)."""
+    if booking is None or not (principal.may_act_for(booking.user) or principal.is_spawner):
+        raise refusal(404, f"There is no booking {booking_id} you can see.")
+    return booking
 
 
 class PoolsHandler(APIHandler):
@@ -262,10 +268,20 @@ class BookingHandler(APIHandler):
 
     async def delete(self, booking_id: str) -> None:
         principal = self.require_principal()
-        booking = await self.readable_booking(booking_id)
-        if not principal.may_act_for(booking.user):
-            raise refusal(403, "Only the booking's owner or an administrator may cancel it.")
-        cancelled = await self.run_in_executor(self.store.cancel, booking.id, actor=principal.name)
+
+        def may_cancel(booking: Booking) -> None:
+            # checked on the locked row: the read and the cancel are one transaction
+            if not principal.may_act_for(visible_booking(principal, booking_id, booking).user):
+                raise refusal(403, "Only the booking's owner or an administrator may cancel it.")
+
+        cancelled = None
+        if row_id(booking_id) is not None:
+            try:
+                cancelled = await self.run_in_executor(
+                    self.store.cancel, row_id(booking_id), actor=principal.name, check=may_cancel)
+            except NotFound:
+                pass
+        cancelled = visible_booking(principal, booking_id, cancelled)  # 404 without one
         await self.service.lifecycle.stop_ended_booking_server(cancelled)
         await self.service.waitlist.capacity_freed([cancelled.pool])
         self.write_json(self.booking_model(cancelled))
