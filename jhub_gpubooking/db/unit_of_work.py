@@ -44,14 +44,22 @@ if TYPE_CHECKING:
     from .store import BookingStore
 
 _pools = PoolRow.__table__
-#: The pool rows ``names`` locked, in name order (the row locks are taken as the sorted rows
-#: are read: one statement, one round trip, the same order as one lock after another).
-LOCK_POOLS = (
-    select(_pools.c.name)
-    .where(_pools.c.name.in_(bindparam("names", expanding=True)))
-    .order_by(_pools.c.name)
-    .with_for_update()
-)
+
+
+@cache
+def lock_pools_statement(count: int):
+    """The pool rows of ``count`` names (parameters ``name_0`` ...) locked, in name order (the
+    row locks are taken as the sorted rows are read: one statement, one round trip, the same
+    order as one lock after another). One statement per count, built once: an expanding
+    ``IN`` parameter would have SQLAlchemy rewrite the SQL on every execution."""
+    return (
+        select(_pools.c.name)
+        .where(_pools.c.name.in_([bindparam(f"name_{n}") for n in range(count)]))
+        .order_by(_pools.c.name)
+        .with_for_update()
+    )
+
+
 INSERT_BOOKING = insert(BookingRow.__table__)
 INSERT_EVENT = insert(BookingEventRow.__table__)
 #: What a booking's "created" event is given besides its booking's id (see
@@ -232,7 +240,10 @@ class UnitOfWork(BookingChecks):
             to_read = [name for name in wanted if name not in self.store.synced_pools]
         else:
             to_read = wanted
-        found = set(connection.execute(LOCK_POOLS, {"names": to_read}).scalars()) if to_read else set()
+        found = set(connection.execute(
+            lock_pools_statement(len(to_read)),
+            {f"name_{n}": name for n, name in enumerate(to_read)},
+        ).scalars()) if to_read else set()
         for name in to_read:
             if name not in found and name in self.store.pools:
                 # a setup bug, not a user error: the service must sync pools before serving
