@@ -411,7 +411,7 @@ class BookingStore:
                 holder_running = is_running(holder)  # None: unknown, which is not "stopped"
         now = self.now()
         with self.unit_of_work() as work:
-            row = work.lock_booking(booking_id)
+            row = work.lock_booking(booking_id, read.pool if read is not None else None)
             booking = booking_from_row(row)
             state = booking.state(now)
             if state is BookingState.UPCOMING:

@@ -263,14 +263,24 @@ class UnitOfWork(BookingChecks):
             raise NotFound(f"There is no booking with id {booking_id}.")
         return pool
 
-    def lock_booking(self, booking_id: int) -> BookingRow:
-        """The booking's row, locked after its pool (always pool first: no lock cycles)."""
-        self.lock_pools([self.pool_of(booking_id)])
+    def lock_booking(self, booking_id: int, pool: str | None = None) -> BookingRow:
+        """The booking's row, locked after its pool (always pool first: no lock cycles).
+
+        ``pool``: the booking's pool, when the caller has read the booking already (a booking
+        never changes pools), which saves reading it here: a statement less on the spawn's
+        claim."""
+        self.lock_pools([pool if pool is not None else self.pool_of(booking_id)])
         statement = select(BookingRow).where(BookingRow.id == booking_id).with_for_update()
         # another transaction may have changed the row since this session last read it
-        return self.session.execute(
+        row = self.session.execute(
             statement, execution_options={"populate_existing": True}
-        ).scalar_one()
+        ).scalar_one_or_none()
+        if row is None:
+            raise NotFound(f"There is no booking with id {booking_id}.")
+        if pool is not None and row.pool != pool:
+            # a caller's mistake, not the user's: the pool locked is not the booking's
+            raise RuntimeError(f"Booking {booking_id} is in pool {row.pool!r}, not {pool!r}.")
+        return row
 
     def record(self, row: BookingRow | Booking, actor: str | None, kind: str,
                **detail: Any) -> None:

@@ -114,6 +114,26 @@ def test_lock_booking_locks_the_bookings_pool_first(store):
             work.lock_booking(booking.id + 1000)
 
 
+def test_lock_booking_given_its_pool_does_not_read_it(store):
+    """The spawn's claim knows the booking's pool from its read: no ``pool_of`` statement."""
+    booking = store.create("ada", "t4", 1, at(11), at(12))
+    statements = []
+    listener = lambda *args: statements.append(args[2])  # noqa: E731
+    with store.unit_of_work() as work:
+        engine = work.session.get_bind()
+        event.listen(engine, "before_cursor_execute", listener)
+        try:
+            row = work.lock_booking(booking.id, "t4")
+        finally:
+            event.remove(engine, "before_cursor_execute", listener)
+        assert (row.id, work.locked_pools) == (booking.id, ("t4",))
+        assert not [s for s in statements if "SELECT bookings.pool" in s]
+        with pytest.raises(NotFound):
+            work.lock_booking(booking.id + 1000, "t4")
+    with pytest.raises(RuntimeError, match="not 'a100'"), store.unit_of_work() as work:
+        work.lock_booking(booking.id, "a100")
+
+
 def test_an_unknown_pool_is_not_found(store):
     with pytest.raises(NotFound, match="no GPU pool named 'h100'"), store.unit_of_work(["h100"]):
         pass
