@@ -1,12 +1,14 @@
 """Replaying a lab trace against the booking core: placement policies, releases, the waitlist.
 
 One replay takes the requests of a :class:`~.tracegen.Trace` in the order they are made and
-books each with a *placer*; no-shows are released ``no_show_minutes`` after their start and
-early stoppers cancel the rest (``policy.cancel_outcome``, the core's own rule), each at its
-moment. With the waitlist on, a request still refused after the user's retries waits (if its
-user joins, see :mod:`.tracegen`) and, whenever capacity frees (a release), the waiting
-requests are booked in FIFO order at the first interval of their length and amount that starts
-in their window (``core.next_free.earliest_fit``, the service's own next-free search). With
+books each with a *placer*; no-shows are released ``no_show_minutes`` after their start, or
+after they were booked for a "book now" in the running slot
+(``core.lifecycle.no_show_deadline``), and early stoppers cancel the rest
+(``policy.cancel_outcome``), both the service's own rules, each at its moment. With the
+waitlist on, a request still refused after the user's retries waits (if its user joins, see
+:mod:`.tracegen`) and, whenever capacity frees (a release), the waiting requests are booked in
+FIFO order at the first interval of their length and amount that starts in their window
+(``core.next_free.earliest_fit``, the service's own next-free search). With
 ``start_early_hours`` set, every release then offers the freed capacity to the pool's upcoming
 bookings that start within that many hours, soonest first, with the service's own rule
 (``core.start_early.start_early_interval``); a booking whose user accepts (see
@@ -27,6 +29,7 @@ from fractions import Fraction
 from jhub_gpubooking.core import exact_moves
 from jhub_gpubooking.core import placement as placing
 from jhub_gpubooking.core.errors import NoCapacity
+from jhub_gpubooking.core.lifecycle import no_show_deadline
 from jhub_gpubooking.core.model import Booking, BookingState, Placement, Pool
 from jhub_gpubooking.core.next_free import earliest_fit
 from jhub_gpubooking.core.policy import cancel_outcome
@@ -273,17 +276,18 @@ class _Run:
             self.live[booking_id] = self.outcome.admitted[booking_id] = moved
         self.outcome.moves += len(moves)
         booking = Booking(user=request.user, pool=self.pool.name, amount=amount, start=start,
-                          end=end, placement=placed, id=request.id)
+                          end=end, placement=placed, id=request.id, created=now, updated=now)
         outcome = self.outcome
         self.live[request.id] = outcome.admitted[request.id] = outcome.booked[request.id] = booking
-        self._schedule_release(request, start, now)
+        self._schedule_release(request, booking, now)
 
-    def _schedule_release(self, request: Request, start: datetime, now: datetime) -> None:
+    def _schedule_release(self, request: Request, booking: Booking, now: datetime) -> None:
         release_at = None
         if request.no_show and self.how.no_show_minutes is not None:
-            release_at = start + timedelta(minutes=self.how.no_show_minutes)
+            # the service's rule: counted from the start, or from booking "now" in its slot
+            release_at = no_show_deadline(booking, timedelta(minutes=self.how.no_show_minutes))
         elif request.used_share is not None and self.how.early_stops:
-            release_at = start + request.used_share * request.length
+            release_at = booking.start + request.used_share * request.length
         if release_at is not None:
             self.release_at[request.id] = max(release_at, now)
             heapq.heappush(self.events, (max(release_at, now), 0, request.id))
@@ -313,10 +317,10 @@ class _Run:
             if not request.starts_early:
                 continue
             start, end, placement = found
-            moved = booking.with_changes(start=start, end=end, placement=placement)
+            moved = booking.with_changes(start=start, end=end, placement=placement, updated=now)
             self.live[booking.id] = self.outcome.admitted[booking.id] = moved
             self.outcome.started_early += 1
-            self._schedule_release(request, start, now)
+            self._schedule_release(request, moved, now)
             # what it leaves behind is free for the waitlist (not offered again: it is later)
             self._capacity_freed(now, max(booking.start, end), booking.end)
 

@@ -115,13 +115,24 @@ def decide(rules: LifecycleRules, facts: BookingFacts, now: datetime) -> Action 
     return Action(ActionKind.RELEASE, booking.id, new_end=new_end, reason=reason)
 
 
+def no_show_deadline(booking: Booking, no_show_after: timedelta) -> datetime:
+    """When ``booking``, if no server has used it, is released as a no-show: ``no_show_after``
+    past its start, or past the moment it was made or last changed when that is later. A
+    booking made "now", or started early, begins in the running slot, up to a slot ago; counted
+    from its start, its user would get a minute or none to start a server."""
+    counted_from = booking.start
+    if booking.updated is not None and booking.updated > counted_from:
+        counted_from = booking.updated
+    return counted_from + no_show_after
+
+
 def _release_reason(
     rules: LifecycleRules, facts: BookingFacts, now: datetime
 ) -> ReleaseReason | None:
     booking = facts.booking
     if not facts.ever_claimed:
         no_show_after = rules.no_show_after_for(booking.pool)
-        if no_show_after is not None and now >= booking.start + no_show_after:
+        if no_show_after is not None and now >= no_show_deadline(booking, no_show_after):
             return ReleaseReason.NO_SHOW
         return None
     if (

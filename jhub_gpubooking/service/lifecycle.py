@@ -69,7 +69,9 @@ class Lifecycle(LoggingConfigurable):
         15,
         min=0,
         help="A booking no server has used this many minutes after its start is released "
-        "(no-show): its end moves to the next grid point. 0 turns this off. This is the "
+        "(no-show): its end moves to the next grid point. For a booking made or changed after "
+        "its start (a 'book now' in the running slot, an early start, an extension) the minutes "
+        "count from that moment. 0 turns this off. This is the "
         "default for pools without their own 'no_show_minutes' key (a pool's key wins; the "
         "default was 30 before per-pool times).",
     ).tag(config=True)

@@ -1,4 +1,5 @@
-"""Each pool's own no-show release time (issue 17 item 4), as pure rules."""
+"""Each pool's own no-show release time (issue 17 item 4), and when the time starts, as pure
+rules."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from jhub_gpubooking.core.lifecycle import (
     ReleaseReason,
     decide,
     minutes_or_none,
+    no_show_deadline,
 )
 from jhub_gpubooking.core.model import Booking, Pool
 from jhub_gpubooking.core.wire import pool_from_config, pool_from_json, pool_service_json
@@ -91,3 +93,22 @@ def test_the_pool_config_and_json_carry_the_no_show_time():
 def test_a_pool_refuses_a_no_show_time_that_is_not_whole_minutes(minutes):
     with pytest.raises(ValueError, match="no_show_minutes"):
         Pool(name="a100", nodes={"n": 1}, no_show_minutes=minutes)
+
+
+def test_the_no_show_time_counts_from_a_booking_made_after_its_start():
+    """Book now at 10:14 books the running slot from 10:00: released at 10:29, not 10:15; a
+    booking made before its start counts from its start."""
+    rules = SERVICE_WIDE.for_pools([PLAIN])
+    late = unclaimed(PLAIN).booking.with_changes(created=at_minute(14), updated=at_minute(14))
+    early = unclaimed(PLAIN).booking.with_changes(created=START - timedelta(days=1),
+                                                  updated=START - timedelta(days=1))
+    assert no_show_deadline(late, timedelta(minutes=15)) == at_minute(29)
+    assert no_show_deadline(early, timedelta(minutes=15)) == at_minute(15)
+    assert decide(rules, BookingFacts(late), at_minute(28)) is None
+    action = decide(rules, BookingFacts(late), at_minute(29))
+    assert (action.kind, action.reason, action.new_end) == (
+        ActionKind.RELEASE, ReleaseReason.NO_SHOW, at_minute(30))
+
+
+def at_minute(minute: int) -> datetime:
+    return START + timedelta(minutes=minute)

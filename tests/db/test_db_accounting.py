@@ -6,7 +6,7 @@ from datetime import timedelta
 from fractions import Fraction
 
 import pytest
-from db_test_times import at
+from db_test_times import NOW, at
 
 from jhub_gpubooking.core.lifecycle import ActionKind, LifecycleRules
 from jhub_gpubooking.db.accounting import running_usage, usage_report
@@ -37,9 +37,11 @@ def hours(totals):
 def day(store, clock):
     """ada uses most of her booking, bob never shows up, carol stops early."""
     lifecycle = BookingLifecycle(store, RULES)
+    clock.set(at(9))  # booked the hour before: bob's no-show time counts from 10:00
     ada = store.create("ada", "a100", "1", at(10), at(12), groups=["students"])
     bob = store.create("bob", "a100", "2", at(10), at(11), groups=["students"])
     carol = store.create("carol", "t4", "0.5", at(13), at(15), groups=["staff", "students"])
+    clock.set(NOW)
     store.claim(ada.id, "")  # 10:05
     script = {
         at(11): [lambda: store.release(ada.id, "")],

@@ -30,10 +30,10 @@ def book(store, user="ada", start=None, end=None, gpus="1"):
 
 
 def test_unclaimed_booking_is_released_as_no_show_rounded_up_to_the_grid(store, lifecycle, clock):
-    booking = book(store)
-    clock.set(at(10, 14))
+    booking = book(store)  # made at 10:05 in the running slot: 15 minutes from then
+    clock.set(at(10, 19))
     assert lifecycle.due(clock.now()) == []
-    clock.set(at(10, 16))
+    clock.set(at(10, 20))
     action = Action(
         ActionKind.RELEASE, booking.id, new_end=at(10, 30), reason=ReleaseReason.NO_SHOW
     )
@@ -138,6 +138,7 @@ def test_release_now_frees_the_remainder_for_a_reason(store, lifecycle, clock):
 def test_a_pool_with_its_own_no_show_time_releases_on_it(store, lifecycle, clock):
     # the service-wide rule says 15 minutes; t4 says 30 and a100 keeps the default
     store.pools = {**store.pools, "t4": replace(store.pools["t4"], no_show_minutes=30)}
+    clock.set(at(9))  # booked before 10:00: the no-show times count from the start
     a100 = book(store)
     t4 = store.create("bob", "t4", "1/4", at(10), at(12))
     clock.set(at(10, 16))

@@ -312,3 +312,14 @@ async def test_no_offer_email_for_a_user_the_hub_does_not_know(service, fake_hub
     service.store.create("ghost", "a100", "1", at(13), at(14))  # free now, but no Hub user
     await service.lifecycle.tick(service.clock.set(at(10, 30)))
     assert box.messages == []
+
+
+async def test_a_booking_made_late_in_the_running_slot_gets_its_whole_no_show_time(service):
+    # "Book now" at 10:14 books the running slot from 10:00: the 15 minutes count from 10:14
+    service.clock.set(at(10, 14))
+    booking = service.store.create("bob", "a100", "1", at(10), at(12))
+    assert await service.lifecycle.tick(service.clock.set(at(10, 15))) == []
+    assert await service.lifecycle.tick(service.clock.set(at(10, 28))) == []
+    [release] = await service.lifecycle.tick(service.clock.set(at(10, 29)))
+    assert (release.kind, release.reason.value) == (ActionKind.RELEASE, "no_show")
+    assert service.store.get(booking.id).end == at(10, 30)
