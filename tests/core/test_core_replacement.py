@@ -177,6 +177,22 @@ def assert_sound(pool, maintenance, bookings, request, found: Replacement) -> No
     assert not overbooked(pool, [*after, (start, end, found.placement)], maintenance)
 
 
+def assert_as_the_oracle(pool, maintenance, bookings, request,
+                         found: Replacement | None) -> None:
+    """``found`` (None: refused) is what the brute-force oracle says: refused only when no
+    re-placement admits the request, else sound and moving no more bookings than needed."""
+    fewest = oracle_fewest_moves(pool, bookings, maintenance, request)
+    if found is None:
+        event("refused")
+        assert fewest is None, "refused although moving upcoming bookings admits the request"
+        return
+    event(f"placed with {len(found.moves)} moves")
+    target(len(found.moves))
+    assert fewest is not None
+    assert len(found.moves) == fewest, "more bookings moved than needed"
+    assert_sound(pool, maintenance, bookings, request, found)
+
+
 # ---------------------------------------------------------------- properties
 
 
@@ -188,19 +204,12 @@ def test_never_refuses_when_some_replacement_admits_the_request(scenario):
     assert sum(is_movable(b, NOW) for b in bookings) <= EXACT_MOVABLE
     assert pool.total_gpus <= EXACT_GPUS
     start, end, amount = request
-    fewest = oracle_fewest_moves(pool, bookings, maintenance, request)
     try:
         found = place_or_move(pool, bookings, hour(start), hour(end), amount, NOW, maintenance)
     except NoCapacity:
-        event("refused")
-        assert fewest is None, "refused although moving upcoming bookings admits the request"
-        return
-    event(f"placed with {len(found.moves)} moves")
-    target(len(found.moves))
-    assert fewest is not None
-    assert len(found.moves) == fewest, "more bookings moved than needed"
-    assert_sound(pool, maintenance, bookings, request, found)
-    if not found.moves:
+        found = None
+    assert_as_the_oracle(pool, maintenance, bookings, request, found)
+    if found is not None and not found.moves:
         # nothing to move: exactly the plain best fit
         assert found.placement == place(pool, bookings, hour(start), hour(end), amount,
                                         maintenance)
