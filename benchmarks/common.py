@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import psutil
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -97,6 +98,24 @@ def print_machine() -> None:
         f"Machine: {machine['cpus']} CPUs, {machine['memory_gib']} GiB, Python "
         f"{machine['python']} on {machine['platform']}; {packages}"
     )
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far, over all its threads.
+
+    Read from the scheduler's nanosecond counters (``/proc/PID/task/*/schedstat``), not from
+    ``/proc/PID/stat``, whose clock ticks (10 ms) are coarser than one request; elsewhere (or
+    without schedstat) psutil's ticks. Threads that have ended no longer count, so take
+    differences over processes whose threads live on (thread pools, event loops)."""
+    try:
+        total = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as schedstat:
+                total += int(schedstat.read().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
 
 
 def write_json(path: str | None, results: dict[str, Any]) -> None:
