@@ -7,9 +7,11 @@ choice, else the booking this server holds, then unused ones running longest, th
 fall back to an opportunistic grant when there is none (created already claimed, in one
 transaction), and claim the first one that is free.
 
-The Hub is asked whether a holder still runs only when a candidate has a holder other than this
-server (:func:`holder_check`): the common start — a booking nobody holds, or the one this server
-already holds — costs one read and one write transaction and no Hub round trip.
+The common start — a booking nobody holds, or the one this server already holds — is one write
+transaction (:func:`..db.claims.claim_first`: the read, the choice and the claim under the
+pool's lock) and no Hub round trip. The Hub is asked whether a holder still runs only when the
+first candidate has a holder other than this server (:func:`holder_check`), outside any lock;
+the candidates are then claimed one by one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..core.errors import BookingError, Conflict
 from ..core.lifecycle import ServerUse, server_use
 from ..core.model import Booking, Pool
 from ..core.wire import booking_to_json
+from ..db.claims import claim_first
 
 #: How long a claim may wait for the Hub to say whether another server still runs.
 HUB_CHECK_TIMEOUT_SECONDS = 10
@@ -95,12 +98,18 @@ async def claim_in_pool(
         return loop.run_in_executor(service.executor, partial(function, *args, **kwargs))
 
     now = service.clock.now()
-    active = [b for b in await in_executor(service.store.active_for_user, user)
-              if b.pool == pool.name]
-    by_id = {booking.id: booking for booking in active}
-    wire = [booking_to_json(booking, pool, now) for booking in active]
-    candidates = [by_id[b["id"]] for b in claim_order(current_bookings(wire, pool.name, now),
-                                                        server, chosen)]
+
+    def choose(active: list[Booking]) -> list[Booking]:
+        by_id = {booking.id: booking for booking in active}
+        wire = [booking_to_json(booking, pool, now) for booking in active]
+        return [by_id[b["id"]] for b in claim_order(current_bookings(wire, pool.name, now),
+                                                    server, chosen)]
+
+    # the common start (the first candidate unheld, or held by this server) in one transaction
+    claimed, candidates = await in_executor(claim_first, service.store, user, pool.name, server,
+                                            choose)
+    if claimed is not None:
+        return claimed
     if not candidates:
         grant = await _opportunistic_grant(service, user, pool, server, actor)
         if grant.server == server:
