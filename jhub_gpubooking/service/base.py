@@ -8,6 +8,7 @@ so the event loop never waits on the Hub) and then exposed as :attr:`BaseHandler
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -149,7 +150,9 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     async def prepare(self) -> None:
         """Resolve the Hub identity without blocking the event loop."""
-        model = await self.hub_auth.get_user(self, sync=False)
+        model = self.own_token_model()
+        if model is None:
+            model = await self.hub_auth.get_user(self, sync=False)
         self._principal = None
         if not model:
             self._hub_auth_user_cache = None
@@ -163,6 +166,26 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             model, self.service.admin_groups, self.service.spawner_services
         )
         self.limit_writes(self._principal)
+
+    def own_token_model(self) -> dict | None:
+        """The service itself, for a request with the service's own API token, when the service
+        is one of ``spawner_services`` (by default it is: the Hub's spawner shares its token).
+
+        The Hub would only say the same about that token, after a round trip: HubOAuth caches its
+        answer ``auth_cache_seconds``, so one spawn gate in a few paid a Hub call for it (the
+        gate's slowest samples, docs/benchmarks.md). A token the Hub no longer knows stops the
+        service's own Hub calls as well; a different spawner token is asked about as always."""
+        own = self.service.api_token
+        if not own or self.service.service_name not in self.service.spawner_services:
+            return None
+        token = self.hub_auth.get_token(self, in_cookie=False)
+        if not token or not hmac.compare_digest(token.encode(), own.encode()):
+            return None
+        model = {"kind": "service", "name": self.service.service_name}
+        # what HubAuth's get_user leaves on a handler it identified by a token
+        self._cached_hub_user = model
+        self._token_authenticated = True
+        return model
 
     def limit_writes(self, principal: Principal) -> None:
         """429 with Retry-After when ``principal`` writes faster than the service allows."""

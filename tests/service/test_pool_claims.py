@@ -4,10 +4,13 @@ servers it was asked about: which booking a start takes, when the Hub is asked, 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from sqlalchemy import event
 from tornado import web
+from tornado.httpclient import AsyncHTTPClient
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from traitlets.config import Config
@@ -40,13 +43,26 @@ class FakeHubUser(web.RequestHandler):
         self.finish(model)
 
 
+class FakeHubToken(web.RequestHandler):
+    """``GET api/user``: who a token belongs to; only "user-token" is known (a user, ada)."""
+
+    def get(self) -> None:
+        token = self.request.headers.get("Authorization", "").removeprefix("token ")
+        self.application.settings["tokens"].append(token)
+        if token != "user-token":
+            raise web.HTTPError(403)
+        self.finish({"kind": "user", "name": "ada", "admin": False, "groups": [],
+                     "scopes": ["access:services"]})
+
+
 @pytest.fixture
 async def gate(tmp_path):
     """(service, Hub's ``servers`` by user, the users the Hub was asked about)."""
     asked: list[str] = []
     servers: dict = {}
-    app = web.Application([(r"/hub/api/users/([^/]+)", FakeHubUser)], asked=asked,
-                          servers=servers)
+    app = web.Application([(r"/hub/api/users/([^/]+)", FakeHubUser),
+                           (r"/hub/api/user", FakeHubToken)],
+                          asked=asked, servers=servers, tokens=[])
     sockets = bind_sockets(0, "127.0.0.1")
     hub = HTTPServer(app)
     hub.add_sockets(sockets)
@@ -63,6 +79,7 @@ async def gate(tmp_path):
         config=Config(Opportunistic={"opportunistic_horizon_minutes": 30}),
     )
     service.setup()
+    service.hub_tokens = app.settings["tokens"]  # the tokens the Hub was asked about
     yield service, servers, asked
     service.executor.shutdown(wait=True)
     hub.stop()
@@ -97,6 +114,50 @@ async def test_a_free_booking_is_claimed_without_asking_the_hub(gate):
     # the same server again (a restart): still its booking, still no Hub round trip
     assert (await claim(service, "gpu")).id == booked.id
     assert asked == []
+
+
+async def test_the_common_start_is_one_write_transaction_and_a_restart_writes_nothing(gate):
+    service, _servers, _asked = gate
+    booked = book(service, 3)
+    statements: list[str] = []
+    event.listen(service.db_engine, "before_cursor_execute",
+                 lambda _conn, _cursor, sql, *_: statements.append(" ".join(sql.split()[:3])))
+    await claim(service, "gpu")
+    # no read transaction before it, no row read back: the read, the booking's row, its usage
+    # interval and its "claimed" event (SQLite's BEGIN IMMEDIATE holds the database)
+    assert statements == ["BEGIN IMMEDIATE", "SELECT bookings.id, bookings.user,", "UPDATE bookings SET",
+                          "INSERT INTO usage_intervals", "INSERT INTO booking_events"]
+    statements.clear()
+    await claim(service, "gpu")
+    assert statements == ["BEGIN IMMEDIATE", "SELECT bookings.id, bookings.user,"]
+    assert [e.kind for e in service.store.history(booked.id)] == ["created", "claimed"]
+
+
+async def test_the_services_own_token_is_the_spawner_without_asking_the_hub(gate):
+    service, _servers, _asked = gate
+    book(service, 3)
+    sockets = bind_sockets(0, "127.0.0.1")
+    server = HTTPServer(service.tornado_app)
+    server.add_sockets(sockets)
+    url = (f"http://127.0.0.1:{sockets[0].getsockname()[1]}{service.service_prefix}"
+           "api/pools/a100/claim")
+
+    async def post(token: str) -> tuple[int, dict]:
+        response = await AsyncHTTPClient().fetch(
+            url, method="POST", headers={"Authorization": f"token {token}"},
+            body=json.dumps({"user": "ada", "server": ""}), raise_error=False)
+        return response.code, json.loads(response.body)
+
+    try:
+        code, answer = await post("service-token")
+        assert (code, answer["booking"]["server"]) == (200, "")
+        assert service.hub_tokens == []
+        # any other token is the Hub's to identify: a user may not claim
+        assert (await post("user-token"))[0] == 403
+        assert (await post("forged-token"))[0] == 403
+        assert service.hub_tokens == ["user-token", "forged-token"]
+    finally:
+        server.stop()
 
 
 async def test_default_order_is_longest_running_then_largest(gate):
