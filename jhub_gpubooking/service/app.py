@@ -286,7 +286,8 @@ class GPUBookingService(Application):
         help="Seconds the service trusts the Hub's answer about a token or login cookie before "
         "asking again (HubOAuth's cache_max_age, whose own default is 300). A revoked token, a "
         "logout or a removal from an admin group takes effect within this time; every cache "
-        "miss costs one Hub API call.",
+        "miss costs one Hub API call. The service's own token (which the Hub's spawner uses "
+        "when the service is one of spawner_services) is recognised without asking the Hub.",
     ).tag(config=True)
 
     @validate("auth_cache_seconds")
