@@ -27,7 +27,8 @@ the service's token cache has expired): per-process CPU holds on a machine share
 load, where wall times do not.
 
 ``--json`` writes the samples, the summary and a top-level ``targets`` object:
-``gate_p99_ms``, ``gate_median_ms``, ``gate_cpu_ms`` (mean per gate, by process), ``spawn_median_ratio`` (median of the per-pair ratios), ``spawn_ratio_ci95``
+``gate_p99_ms``, ``gate_median_ms``, ``gate_cpu_ms`` (mean per gate, by process),
+``spawn_median_ratio`` (median of the per-pair ratios), ``spawn_ratio_ci95``
 (``[low, high]``) and the interval's exact coverage (below 95% only for very few pairs).
 """
 
