@@ -245,6 +245,11 @@ def test_spawn_overhead_times_both_spawners_and_the_gate(tmp_path):
     assert min(ratios) <= low <= targets["spawn_median_ratio"] <= high <= max(ratios)
     assert targets["spawn_ratio_ci_coverage"] == 0.5  # two pairs: [min, max] covers only 50%
     assert targets["gate_p99_ms"] == results["gate"]["p99_ms"]
+    assert targets["gate_median_ms"] == results["gate"]["median_ms"]
+    # every gate costs the service and the spawner's side some CPU (a claim, a pod's settings)
+    assert set(targets["gate_cpu_ms"]) == {"spawner", "service", "hub"}
+    assert targets["gate_cpu_ms"]["service"] > 0 and targets["gate_cpu_ms"]["spawner"] > 0
+    assert "gate CPU per load_user_options" in output
     assert "median of pair ratios" in output and "confidence interval (exact)" in output
 
 
