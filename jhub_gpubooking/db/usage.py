@@ -31,8 +31,8 @@ OPEN_USAGE = insert(_usage)
 
 def close_usage(session: Session, row: BookingRow, when: datetime) -> None:
     """End the booking's open interval (if any) at ``when``; the server counts as stopped."""
+    row.stopped_at = when  # before the flush below, which then writes the row once
     close_usage_of(rows_connection(session), row.id, when)
-    row.stopped_at = when
 
 
 def close_usage_of(connection: Connection, booking_id: int, when: datetime) -> None:
