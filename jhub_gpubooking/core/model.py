@@ -109,6 +109,8 @@ class Pool:
         # amount -> slices of the amounts this pool gave already (only bookable ones, so at
         # most its largest node's GPUs times slices_per_gpu entries): a create asks 4 times
         object.__setattr__(self, "_slices_by_amount", {})
+        object.__setattr__(self, "_gpu_keys", tuple(
+            (node, index) for node, count in self.nodes.items() for index in range(count)))
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Pool:
@@ -121,6 +123,13 @@ class Pool:
     @property
     def total_gpus(self) -> int:
         return sum(self.nodes.values())
+
+    @property
+    def gpu_keys(self) -> tuple[tuple[str, int], ...]:
+        """(node, index) of every GPU, node by node in config order: the one numbering of a
+        pool's GPUs (a GPU's position in this tuple is its number in the placement tables and
+        the re-placement searches)."""
+        return self._gpu_keys
 
     @property
     def total_slices(self) -> int:
@@ -329,6 +338,8 @@ class MaintenanceWindow:
 
     def covers(self, node: str) -> bool:
         return self.node is None or self.node == node
+
+    overlaps = Booking.overlaps  # the same half-open [start, end) rule as a booking's
 
 
 @dataclass(frozen=True)

@@ -110,9 +110,7 @@ class UsageTable:
         self.pool = pool
         self.start = start
         self.end = end
-        self.gpus: list[GpuKey] = [
-            (node, index) for node, count in pool.nodes.items() for index in range(count)
-        ]
+        self.gpus: Sequence[GpuKey] = pool.gpu_keys
         # a GPU's position is its node's first position plus its index on the node
         first, offset = {}, 0
         for node, count in pool.nodes.items():

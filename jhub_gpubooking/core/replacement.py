@@ -117,7 +117,7 @@ def place_or_move(
     maintenance = list(maintenance)
     start, end = as_utc(start), as_utc(end)
     # the plain placement needs only what overlaps the request (``existing`` may be far more)
-    during = [b for b in existing if b.start < end and start < b.end]
+    during = [b for b in existing if b.overlaps(start, end)]
     placed = fit(pool, during, start, end, amount, maintenance)
     if placed is not None:
         return Replacement(placed)
@@ -142,7 +142,7 @@ def _place_exactly(search: _Search, existing: list[Booking],
     movable = [hold.booking for hold in search.holds[1:] if hold.movable]
     moving = {id(booking) for booking in movable}
     staying = [b for b in existing if id(b) not in moving]
-    if fit(search.pool, [b for b in staying if b.start < end and start < b.end], start, end,
+    if fit(search.pool, [b for b in staying if b.overlaps(start, end)], start, end,
            amount, maintenance) is None:
         return None
     return place_exactly(search.pool, staying, movable, start, end, amount, maintenance,
@@ -172,7 +172,7 @@ class _Search:
                  known: tuple[datetime, datetime] | None):
         self.pool = pool
         self.capacity = pool.slices_per_gpu
-        self.gpus = [(node, i) for node, count in pool.nodes.items() for i in range(count)]
+        self.gpus = pool.gpu_keys
         position = {gpu: g for g, gpu in enumerate(self.gpus)}
         self.node_gpus: dict[str, list[int]] = {}
         for g, (node, _) in enumerate(self.gpus):

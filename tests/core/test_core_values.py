@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.errors import InvalidRequest
-from jhub_gpubooking.core.model import Booking, BookingState, Pool, format_amount, parse_amount
+from jhub_gpubooking.core.model import (
+    Booking,
+    BookingState,
+    MaintenanceWindow,
+    Pool,
+    format_amount,
+    parse_amount,
+)
 from jhub_gpubooking.core.timegrid import (
     ceil_to_grid,
     floor_to_grid,
@@ -80,6 +87,20 @@ def test_pool_counts_slices():
     assert pool.amount_to_slices(Fraction(3, 4)) == 3
     assert pool.amount_to_slices(Fraction(4)) == 16
     assert pool.slices_to_amount(2) == Fraction(1, 2)
+    # the one numbering of its GPUs: node by node in config order
+    assert pool.gpu_keys == (("a", 0), ("a", 1), ("b", 0), ("b", 1), ("b", 2), ("b", 3))
+
+
+def test_bookings_and_maintenance_windows_overlap_by_one_rule():
+    """Half-open intervals: touching ends do not overlap, for bookings and windows alike."""
+    start = datetime(2026, 11, 22, 14, tzinfo=timezone.utc)
+    hour = timedelta(hours=1)
+    booking = Booking("alice", "a100", Fraction(1), start, start + hour)
+    window = MaintenanceWindow("a100", start, start + hour)
+    for interval in (booking, window):
+        assert interval.overlaps(start + hour / 2, start + 2 * hour)
+        assert not interval.overlaps(start + hour, start + 2 * hour)
+        assert not interval.overlaps(start - hour, start)
 
 
 def test_booking_state_follows_the_clock():
