@@ -13,7 +13,9 @@ avoidable refusals build on too (:func:`build_model`):
   width * y[r, n]`` and ``sum_n y[r, n] = a[r]``;
 * no GPU holds more slices than it has at any moment: the use of a GPU only grows at a start,
   so one row per GPU and start (of a demand, of what stays, of a maintenance window) checks
-  every moment; what stays (``held``) only takes capacity away.
+  every moment; what stays (``held``) only takes capacity away, and ``x[r, g]`` exists only
+  where what stays leaves ``r`` its slices all its interval (a node only with ``width`` such
+  GPUs): the same program, with the columns HiGHS would fix to 0 anyway left out.
 
 :func:`place_exactly` fixes every ``a`` to 1 and minimises the bookings that leave their GPUs
 (a time-limited incumbent is taken as it is), then checks the answer with the core's own audit
@@ -24,7 +26,7 @@ Hub imports the spawner, which imports the core) never imports scipy.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -133,53 +135,103 @@ class MoveModel:
 def build_model(pool: Pool, demands: Sequence[Demand], holding: Iterable[Held] = ()) -> MoveModel:
     """The integer program of the module docstring for ``demands`` next to what ``holding``
     holds (see :func:`.placement.held`: bookings that stay and maintenance windows)."""
-    gpus = [(node, index) for node, count in pool.nodes.items() for index in range(count)]
+    gpus = list(pool.gpu_keys)
     position = {gpu: g for g, gpu in enumerate(gpus)}
     model = MoveModel(pool, demands, gpus, position)
+    fixed = _fixed_by_gpu(model, holding)
+    room = _Room(pool.slices_per_gpu, fixed)
     for demand in demands:
         a = model.column(("a", len(model.admit)))
         r = len(model.admit)
         model.admit.append(a)
+        # only GPUs where what stays leaves the demand room all its interval get a column:
+        # the others could never take it, and every column HiGHS need not branch on counts
+        usable = [g for g in range(len(gpus))
+                  if room.least(g, demand.start, demand.end) >= demand.slices]
         xs: dict[int, int] = {}
         if demand.width == 1:
-            for g in range(len(gpus)):
+            for g in usable:
                 xs[g] = model.column(("x", r, g))
             model.rows.append(({**{col: 1.0 for col in xs.values()}, a: -1.0}, 0, 0))
         else:
             picks = {}
-            for node, count in pool.nodes.items():
-                if count < demand.width:
+            for node in pool.nodes:
+                on_node = [g for g in usable if gpus[g][0] == node]
+                if len(on_node) < demand.width:
                     continue
                 y = model.column(("y", r, node))
                 picks[y] = 1.0
-                on_node = {position[(node, i)]: model.column(("x", r, position[(node, i)]))
-                           for i in range(count)}
-                xs.update(on_node)
-                model.rows.append(({**{col: 1.0 for col in on_node.values()},
+                columns = {g: model.column(("x", r, g)) for g in on_node}
+                xs.update(columns)
+                model.rows.append(({**{col: 1.0 for col in columns.values()},
                                     y: -float(demand.width)}, 0, 0))
             model.rows.append(({**picks, a: -1.0}, 0, 0))
         model.x_of.append(xs)
-    _capacity_rows(model, holding)
+    _capacity_rows(model, fixed, room)
     return model
 
 
-def _capacity_rows(model: MoveModel, holding: Iterable[Held]) -> None:
-    """One row per GPU and moment something starts on it while a demand runs."""
-    pool, demands = model.pool, model.demands
-    capacity = pool.slices_per_gpu
-    position = model.position
+def _fixed_by_gpu(model: MoveModel,
+                  holding: Iterable[Held]) -> list[list[tuple[datetime, datetime, int]]]:
+    """(begin, end, slices) of what ``holding`` holds on each GPU while some demand runs."""
+    fixed: list[list[tuple[datetime, datetime, int]]] = [[] for _ in model.gpus]
+    demands = model.demands
     if not demands:
-        return
+        return fixed
     first = min(d.start for d in demands)
     last = max(d.end for d in demands)
-    fixed: list[list[tuple[datetime, datetime, int]]] = [[] for _ in model.gpus]
     for begin, finish, node, indices, slices in holding:
         if finish <= first or begin >= last or begin >= finish:
             continue
         for index in indices:
-            g = position.get((node, index))
+            g = model.position.get((node, index))
             if g is not None:
                 fixed[g].append((begin, finish, slices))
+    return fixed
+
+
+class _Room:
+    """Slices left on each GPU by what stays: at a moment, and the least over an interval.
+
+    Per GPU a step function: ``cuts[g]`` the sorted moments its use changes, ``used[g][j]``
+    the slices in use from ``cuts[g][j]`` to the next cut (0 before the first)."""
+
+    def __init__(self, capacity: int, fixed: list[list[tuple[datetime, datetime, int]]]):
+        self.capacity = capacity
+        self.cuts: list[list[datetime]] = []
+        self.used: list[list[int]] = []
+        for holds in fixed:
+            change: dict[datetime, int] = {}
+            for begin, finish, slices in holds:
+                change[begin] = change.get(begin, 0) + slices
+                change[finish] = change.get(finish, 0) - slices
+            cuts = sorted(change)
+            used, running = [0], 0
+            for moment in cuts:
+                running += change[moment]
+                used.append(running)
+            self.cuts.append(cuts)
+            self.used.append(used)
+
+    def at(self, g: int, moment: datetime) -> int:
+        # a GPU already over its slices (data from before a config change) takes nothing
+        return max(0, self.capacity - self.used[g][bisect_right(self.cuts[g], moment)])
+
+    def least(self, g: int, start: datetime, end: datetime) -> int:
+        """The room at the fullest moment of [start, end)."""
+        cuts = self.cuts[g]
+        first, stop = bisect_right(cuts, start), bisect_left(cuts, end)
+        return max(0, self.capacity - max(self.used[g][first:stop + 1]))
+
+
+def _capacity_rows(model: MoveModel, fixed: list[list[tuple[datetime, datetime, int]]],
+                   room: _Room) -> None:
+    """One row per GPU and moment something starts on it while a demand runs."""
+    demands = model.demands
+    if not demands:
+        return
+    first = min(d.start for d in demands)
+    last = max(d.end for d in demands)
     by_start = sorted(range(len(demands)), key=lambda r: demands[r].start)
     starts = [demands[r].start for r in by_start]
 
@@ -199,12 +251,10 @@ def _capacity_rows(model: MoveModel, holding: Iterable[Held]) -> None:
                       if g in model.x_of[r]]
             if not in_row:
                 continue
-            # a GPU already over its slices (data from before a config change) takes nothing
-            room = max(0, capacity - sum(slices for begin, finish, slices in holds
-                                         if begin <= moment < finish))
-            if sum(slices for _, slices in in_row) > room:
+            left = room.at(g, moment)
+            if sum(slices for _, slices in in_row) > left:
                 model.rows.append(({col: float(slices) for col, slices in in_row},
-                                   float("-inf"), float(room)))
+                                   float("-inf"), float(left)))
 
 
 def place_exactly(
@@ -223,7 +273,7 @@ def place_exactly(
     program is infeasible or no solution was found in time. The answer is audited before it
     is returned (a finding raises: it would be a bug in the model)."""
     start, end = as_utc(start), as_utc(end)
-    gpus = {(node, i) for node, count in pool.nodes.items() for i in range(count)}
+    gpus = set(pool.gpu_keys)
     # a booking on GPUs the pool no longer has (a node taken out of config) stays put
     placeable = [b for b in movable
                  if all((b.placement.node, i) in gpus for i in b.placement.gpus)]
@@ -235,14 +285,18 @@ def place_exactly(
     demands = [*(Demand.of_booking(b) for b in movable), request]
     low = min(d.start for d in demands)
     high = max(d.end for d in demands)
-    staying = [b for b in staying if b.start < high and low < b.end]
-    maintenance = [w for w in maintenance if w.start < high and low < w.end]
+    staying = [b for b in staying if b.overlaps(low, high)]
+    maintenance = [w for w in maintenance if w.overlaps(low, high)]
     model = build_model(pool, demands, held(pool, staying, maintenance))
+    if not all(model.x_of):
+        return None  # what stays leaves one of them no GPU at all: nothing to solve
     # keeping a booking where it is earns 1: the objective counts the bookings that move
     cost = [0.0] * len(model.columns)
     for r, booking in enumerate(movable):
-        current = [model.x_of[r][model.position[(booking.placement.node, i)]]
+        current = [model.x_of[r].get(model.position[(booking.placement.node, i)])
                    for i in booking.placement.gpus]
+        if None in current:
+            continue  # what stays leaves it no room where it is: it moves whatever happens
         if len(current) == 1:
             cost[current[0]] = -1.0
             continue
@@ -272,7 +326,7 @@ def _in_play(movable: Sequence[Booking], start: datetime, end: datetime) -> list
         grew = False
         rest = []
         for booking in pending:
-            if booking.start < high and low < booking.end:
+            if booking.overlaps(low, high):
                 linked.append(booking)
                 low, high = min(low, booking.start), max(high, booking.end)
                 grew = True

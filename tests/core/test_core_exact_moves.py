@@ -168,6 +168,33 @@ def test_a_gpu_already_over_its_slices_takes_nothing_more():
         ("f", Placement("n0", (1,), 1))]
 
 
+def test_the_program_has_no_column_where_what_stays_leaves_no_room():
+    """What stays is known before solving: a GPU it leaves too full during a demand's whole
+    interval gets no column for that demand (HiGHS need not branch on it), a node without
+    enough such GPUs no pick for a whole-GPU demand, and a demand with no room anywhere is
+    refused without a solve."""
+    pool = Pool(name="p", nodes={"n0": 2, "n1": 2}, slices_per_gpu=4)
+    # n0/0 holds three quarters 2-6, n0/1 a whole GPU 3-4, n1/0 two quarters 5-6
+    staying = [quarter(user, "n0", 0, 2, 6) for user in "abc"]
+    staying += [Booking("d", "p", Fraction(1), hour(3), hour(4), Placement("n0", (1,), 4),
+                        id=10),
+                Booking("e", "p", Fraction(1, 2), hour(5), hour(6), Placement("n1", (0,), 2),
+                        id=11)]
+    half = Demand.of_amount(pool, hour(1), hour(5), Fraction(1, 2))
+    quarter_late = Demand.of_amount(pool, hour(5), hour(6), Fraction(1, 4))
+    two = Demand.of_amount(pool, hour(3), hour(6), Fraction(2))
+    model = build_model(pool, [half, quarter_late, two], held(pool, staying))
+    names = [model.gpus[g] for g in sorted(model.x_of[0])]
+    assert names == [("n1", 0), ("n1", 1)]  # n0/0 keeps one quarter free, n0/1 none at 3
+    assert [model.gpus[g] for g in sorted(model.x_of[1])] == [("n0", 0), ("n0", 1), ("n1", 0),
+                                                               ("n1", 1)]
+    assert sorted(model.gpus[g] for g in model.x_of[2]) == []  # no node has 2 GPUs free 3-6
+    assert not any(key[0] == "y" for key in model.columns)
+    found = place_exactly(pool, staying, [], hour(3), hour(6), Fraction(2),
+                          time_limit=GENEROUS_SECONDS)
+    assert found is None
+
+
 def test_importing_the_core_does_not_import_scipy():
     """The Hub imports the spawner, which imports the core: scipy is loaded only to solve."""
     import subprocess
