@@ -82,9 +82,8 @@ def options(pool: Pool, item: Item) -> Iterator[Placement]:
     for whole GPUs."""
     slices = pool.amount_to_slices(item.amount)
     if item.amount < 1:
-        for node, count in pool.nodes.items():
-            for index in range(count):
-                yield Placement(node, (index,), slices)
+        for node, index in pool.gpu_keys:
+            yield Placement(node, (index,), slices)
         return
     for node, count in pool.nodes.items():
         for gpus in itertools.combinations(range(count), int(item.amount)):
