@@ -58,6 +58,11 @@ OVERLAPPING_WINDOWS = select(_windows).where(
     _windows.c.end > bindparam("start"),
     _windows.c.start < bindparam("end"),
 )
+#: :data:`OVERLAPPING_BOOKINGS` but those inside [inner_start, inner_end) (read before).
+OVERLAPPING_BESIDES = select(_bookings).where(
+    *HOLDING,
+    or_(_bookings.c.end <= bindparam("inner_start"), _bookings.c.start >= bindparam("inner_end")),
+)
 #: A user's booked bookings ending after ``horizon`` (the index on (user, end) finds them).
 USER_BOOKINGS_AFTER = select(_bookings).where(
     _bookings.c.user == bindparam("user"),
@@ -66,32 +71,32 @@ USER_BOOKINGS_AFTER = select(_bookings).where(
 )
 #: :data:`USER_BOOKINGS_AFTER`, :data:`OVERLAPPING_BOOKINGS` and :data:`OVERLAPPING_WINDOWS`
 #: in one round trip (each part keeps its own index), every row tagged with its part: 0 the
-#: user's bookings, 1 the pool's, 2 the pool's maintenance windows. A window's row uses the
-#: bookings' columns (its ``reason`` in ``note``; columns it lacks are NULL), so the three
+#: user's bookings, 1 the pool's, 2 the pool's maintenance windows. Every row has the
+#: bookings' columns and a window's ``reason`` (columns a part lacks are NULL), so the three
 #: parts are one result; a statement less is worth more than the padding on every backend.
 USER_PART, POOL_PART, WINDOW_PART = 0, 1, 2
 _WINDOW_AS_BOOKING = {"id": _windows.c.id, "pool": _windows.c.pool, "start": _windows.c.start,
-                      "end": _windows.c.end, "node": _windows.c.node, "note": _windows.c.reason}
+                      "end": _windows.c.end, "node": _windows.c.node}
+_NO_REASON = type_coerce(null(), _windows.c.reason.type).label("reason")
 USER_OVERLAPPING_AND_WINDOWS = union_all(
-    select(literal_column(str(USER_PART)).label("part"), *_bookings.c).where(
+    select(literal_column(str(USER_PART)).label("part"), *_bookings.c, _NO_REASON).where(
         *USER_BOOKINGS_AFTER.whereclause.clauses),
-    select(literal_column(str(POOL_PART)).label("part"), *_bookings.c).where(
+    select(literal_column(str(POOL_PART)).label("part"), *_bookings.c, _NO_REASON).where(
         *OVERLAPPING_BOOKINGS.whereclause.clauses),
     select(literal_column(str(WINDOW_PART)).label("part"), *(
         _WINDOW_AS_BOOKING.get(column.name, type_coerce(null(), column.type))
         for column in _bookings.c
-    )).where(
-        _windows.c.pool == bindparam("pool"),
-        _windows.c.end > bindparam("window_start"),
-        _windows.c.start < bindparam("end"),
-    ),
+    ), _windows.c.reason).where(*OVERLAPPING_WINDOWS.whereclause.clauses),
 )
 
-def rows_connection(session: Session) -> Connection:
-    """The session's connection, for Core statements, after writing the session's pending ORM
-    changes (a Core statement does not autoflush, and must see them)."""
-    session.flush()
-    return session.connection()
+def rows_connection(source: Session | Connection) -> Connection:
+    """The connection of ``source`` for Core statements: a session's after writing its pending
+    ORM changes (a Core statement does not autoflush, and must see them), or ``source`` itself
+    when it is a connection already (a unit of work's)."""
+    if isinstance(source, Connection):
+        return source
+    source.flush()
+    return source.connection()
 
 
 def page(statement, row_class, limit: int | None, after: tuple[datetime, int] | None):
@@ -135,7 +140,7 @@ def state_case(now: datetime):
 
 
 def overlapping(
-    session: Session, pool: str, start: datetime, end: datetime, now: datetime
+    session: Session | Connection, pool: str, start: datetime, end: datetime, now: datetime
 ) -> tuple[list[Booking], list[MaintenanceWindow]]:
     """Bookings holding capacity and maintenance windows of ``pool`` that touch [start, end).
 
@@ -203,7 +208,7 @@ class _ConvertedOnce(dict):
 
 
 def overlapping_besides(
-    session: Session, pool: str, start: datetime, end: datetime,
+    session: Session | Connection, pool: str, start: datetime, end: datetime,
     inner: tuple[datetime, datetime], now: datetime,
 ) -> tuple[list[Booking], list[MaintenanceWindow]]:
     """What :func:`overlapping` reads for [start, end) that it did not read for the ``inner``
@@ -211,29 +216,16 @@ def overlapping_besides(
 
     For a create that moves bookings and reads hundreds of them: plain rows, not ORM objects,
     so the rows it changes are loaded again by the caller."""
-    inner_start, inner_end = max(as_utc(inner[0]), now), as_utc(inner[1])
-    table = BookingRow.__table__
-    rows = session.execute(
-        select(table).where(
-            table.c.pool == pool,
-            table.c.end > max(as_utc(start), now),
-            table.c.start < end,
-            table.c.status == "booked",
-            or_(table.c.end <= inner_start, table.c.start >= inner_end),
-        )
-    )
-    windows = session.scalars(
-        select(MaintenanceWindowRow).where(
-            MaintenanceWindowRow.pool == pool,
-            MaintenanceWindowRow.end > start,
-            MaintenanceWindowRow.start < end,
-        )
-    )
-    return [booking_from_row(b) for b in rows], [maintenance_from_row(w) for w in windows]
+    connection = rows_connection(session)
+    rows = connection.execute(OVERLAPPING_BESIDES, {
+        **_overlap_parameters(pool, start, end, now),
+        "inner_start": max(as_utc(inner[0]), now), "inner_end": as_utc(inner[1]),
+    })
+    return [booking_from_row(b) for b in rows], _windows(connection, pool, start, end)
 
 
 def policy_context(
-    session: Session, policy: booking_policy.Policy, request: Booking, now: datetime
+    session: Session | Connection, policy: booking_policy.Policy, request: Booking, now: datetime
 ) -> list[Booking]:
     """The user's bookings that can matter to the policy: all future ones, and past ones
     only as far back as the cooldown and the budget periods reach (not the whole history).
@@ -245,7 +237,7 @@ def policy_context(
 
 
 def policy_context_and_overlapping(
-    session: Session, policy: booking_policy.Policy, request: Booking, now: datetime,
+    session: Session | Connection, policy: booking_policy.Policy, request: Booking, now: datetime,
     read_at: datetime,
 ) -> tuple[list[Booking], list[Booking], list[MaintenanceWindow]]:
     """:func:`policy_context` at ``now`` and :func:`overlapping` for ``request``'s interval at
@@ -254,15 +246,14 @@ def policy_context_and_overlapping(
     rows = rows_connection(session).execute(USER_OVERLAPPING_AND_WINDOWS, {
         **_policy_parameters(policy, request, now),
         **_overlap_parameters(request.pool, request.start, request.end, read_at),
-        "window_start": request.start,
+        "start": request.start,
     })
     others, bookings, windows = [], [], []
     for row in rows:
         if row.part == POOL_PART:
             bookings.append(booking_from_row(row))
         elif row.part == WINDOW_PART:
-            windows.append(MaintenanceWindow(pool=row.pool, start=row.start, end=row.end,
-                                             node=row.node, reason=row.note, id=row.id))
+            windows.append(maintenance_from_row(row))
         elif _counts_for_policy(row, request):
             others.append(booking_from_row(row))
     return others, bookings, windows

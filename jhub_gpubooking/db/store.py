@@ -30,7 +30,7 @@ from .convert import BookingEvent, booking_from_row, event_from_row, maintenance
 from .models import BookingEventRow, BookingRow, MaintenanceWindowRow, PoolRow
 from .next_free import earliest_free
 from .queries import overlapping, page, state_filter
-from .session import begin_write
+from .session import write_transaction
 from .unit_of_work import BookingChecks, UnitOfWork, clock_time
 from .usage import close_usage
 
@@ -100,11 +100,16 @@ class BookingStore:
     def unit_of_work(self, pools: Iterable[str] = ()) -> Iterator[UnitOfWork]:
         """A write transaction holding the locks of ``pools`` (taken in name order); it commits
         when the block ends and rolls everything back when the block raises."""
-        with self._session_factory.begin() as session:
-            begin_write(session)
-            work = UnitOfWork(self, session)
-            work.lock_pools(pools)
-            yield work
+        work = None
+        try:
+            with write_transaction(self._session_factory.kw["bind"]) as connection:
+                work = UnitOfWork(self, connection, self._session_factory)
+                work.lock_pools(pools)
+                yield work
+                work.rows()  # the block's ORM changes go out before the commit
+        finally:
+            if work is not None:
+                work.close()
 
     @contextmanager
     def read_transaction(self) -> Iterator[Session]:

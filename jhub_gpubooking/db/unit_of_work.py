@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -125,13 +125,23 @@ class BookingChecks:
 
     def __init__(self, store: BookingStore, session: Session):
         self.store = store
-        self.session = session
+        self._session = session
+
+    @property
+    def session(self) -> Session:
+        """The transaction's ORM session."""
+        return self._session
+
+    def rows(self) -> Connection:
+        """The transaction's connection, for Core statements, with the session's pending ORM
+        changes written (a Core statement does not autoflush, and must see them)."""
+        return rows_connection(self.session)
 
     def overlapping(
         self, pool: str, start: datetime, end: datetime
     ) -> tuple[list[Booking], list[MaintenanceWindow]]:
         """What holds capacity of ``pool`` in [start, end): see :func:`.queries.overlapping`."""
-        return overlapping(self.session, pool, start, end, self.store.now())
+        return overlapping(self.rows(), pool, start, end, self.store.now())
 
     def check_rules(self, request: Booking, groups: Any, now: datetime, check: Callable,
                     others: list[Booking] | None = None) -> None:
@@ -139,7 +149,7 @@ class BookingChecks:
         ``others``: the user's bookings for the policy, when the caller read them already."""
         policy = self.store.policy_for(groups)
         if others is None:
-            others = policy_context(self.session, policy, request, now)
+            others = policy_context(self.rows(), policy, request, now)
         budgets = self.store.budgets
         if budgets is None:
             return check(policy, request, others, now)
@@ -216,9 +226,30 @@ class UnitOfWork(BookingChecks):
     changes: they commit with the placements and events made here, or roll back with them.
     """
 
-    def __init__(self, store: BookingStore, session: Session):
-        super().__init__(store, session)
+    def __init__(self, store: BookingStore, connection: Connection,
+                 make_session: Callable[..., Session]):
+        super().__init__(store, None)
+        self._connection = connection
+        self._make_session = make_session
         self._locked: list[str] = []
+
+    @property
+    def session(self) -> Session:
+        """An ORM session in this transaction, made when first asked for: a create sends only
+        Core statements (through :meth:`rows`) and never needs one."""
+        if self._session is None:
+            self._session = self._make_session(bind=self._connection)
+        return self._session
+
+    def rows(self) -> Connection:
+        if self._session is not None:
+            self._session.flush()
+        return self._connection
+
+    def close(self) -> None:
+        """Detach what the session loaded (its rows stay readable); after the transaction."""
+        if self._session is not None:
+            self._session.close()
 
     @property
     def locked_pools(self) -> tuple[str, ...]:
@@ -241,7 +272,7 @@ class UnitOfWork(BookingChecks):
             )
         if not wanted:
             return
-        connection = rows_connection(self.session)
+        connection = self.rows()
         # SQLite has no row locks: the transaction's BEGIN IMMEDIATE already holds the whole
         # database, and the SELECT would only tell whether the pool's row exists, which a pool
         # this store synced is known to (pool rows are never deleted)
@@ -297,7 +328,7 @@ class UnitOfWork(BookingChecks):
         self._record(row.id, actor, kind, detail)
 
     def _record(self, booking_id: int, actor: str | None, kind: str, detail: dict) -> None:
-        rows_connection(self.session).execute(INSERT_EVENT, {
+        self.rows().execute(INSERT_EVENT, {
             "booking_id": booking_id, "at": self.store.stamp(), "actor": actor, "kind": kind,
             "detail": detail,
         })
@@ -312,7 +343,7 @@ class UnitOfWork(BookingChecks):
         else:
             # the user's bookings and the pool's in one round trip, then the rules
             others, bookings, windows = policy_context_and_overlapping(
-                self.session, self.store.policy_for(groups), request, now, self.store.now())
+                self.rows(), self.store.policy_for(groups), request, now, self.store.now())
             self.check_rules(request, groups, now, booking_policy.check_booking, others)
         pool_spec = self.store.pools[request.pool]
         placed = placing.fit(
@@ -344,7 +375,7 @@ class UnitOfWork(BookingChecks):
         end = min(max([request.end, *(b.end for b in movable)]), request.end + MOVE_READ_MARGIN)
         if (start, end) != (request.start, request.end):
             more, windows = overlapping_besides(
-                self.session, request.pool, start, end, (request.start, request.end), now)
+                self.rows(), request.pool, start, end, (request.start, request.end), now)
             bookings = bookings + more
         found = replacement.place_or_move(
             pool_spec, bookings, request.start, request.end, request.amount, now, windows,
@@ -363,7 +394,7 @@ class UnitOfWork(BookingChecks):
         if not moves:
             return
         stamp = self.store.stamp()
-        connection = rows_connection(self.session)
+        connection = self.rows()
         connection.execute(INSERT_EVENT, [
             {"booking_id": booking.id, "at": stamp, "actor": None, "kind": "moved",
              "detail": dict(
@@ -388,7 +419,7 @@ class UnitOfWork(BookingChecks):
             end=format_time(booking.end), node=placed.node, gpu_indices=list(placed.gpus),
             **detail,
         )
-        connection = rows_connection(self.session)
+        connection = self.rows()
         if connection.dialect.name == "postgresql":
             booking_id = connection.execute(insert_booking_and_event(tuple(values)), {
                 **values, "event_at": self.store.stamp(), "event_actor": actor,

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 
-from jhub_gpubooking.db.session import begin_write, make_engine, make_session_factory
+from jhub_gpubooking.db.session import make_engine, write_transaction
 
 
 @pytest.fixture
@@ -32,12 +32,11 @@ def engine(tmp_path):
     engine.dispose()
 
 
-def write_in_thread(sessions, writer: str, errors: dict) -> threading.Thread:
+def write_in_thread(engine, writer: str, errors: dict) -> threading.Thread:
     def write():
         try:
-            with sessions.begin() as session:
-                begin_write(session)
-                session.execute(text("INSERT INTO writes VALUES (:w)"), {"w": writer})
+            with write_transaction(engine) as connection:
+                connection.execute(text("INSERT INTO writes VALUES (:w)"), {"w": writer})
         except (DBAPIError, TimeoutError) as error:  # reported by the test, not lost in the thread
             errors[writer] = error
 
@@ -52,13 +51,11 @@ def writers(engine) -> list[str]:
 
 
 def test_second_writer_waits_for_the_first_instead_of_failing(engine):
-    sessions = make_session_factory(engine)
     errors: dict[str, Exception] = {}
 
-    with sessions.begin() as first:
-        begin_write(first)
+    with write_transaction(engine) as first:
         first.execute(text("INSERT INTO writes VALUES ('first')"))
-        second = write_in_thread(sessions, "second", errors)
+        second = write_in_thread(engine, "second", errors)
         second.join(timeout=0.5)
         # still waiting for the first transaction rather than refused by SQLite
         assert second.is_alive() and errors == {}
@@ -68,23 +65,19 @@ def test_second_writer_waits_for_the_first_instead_of_failing(engine):
 
 
 def test_failed_write_transaction_gives_the_lock_back(engine):
-    sessions = make_session_factory(engine)
-
-    with pytest.raises(RuntimeError), sessions.begin() as session:
-        begin_write(session)
-        session.execute(text("INSERT INTO writes VALUES ('rolled back')"))
+    with pytest.raises(RuntimeError), write_transaction(engine) as connection:
+        connection.execute(text("INSERT INTO writes VALUES ('rolled back')"))
         raise RuntimeError("the booking was refused")
     errors: dict[str, Exception] = {}
-    write_in_thread(sessions, "next", errors).join(timeout=30)
+    write_in_thread(engine, "next", errors).join(timeout=30)
 
     assert errors == {} and writers(engine) == ["next"]
 
 
 def test_many_concurrent_writers_all_commit(engine):
-    sessions = make_session_factory(engine)
     errors: dict[str, Exception] = {}
 
-    threads = [write_in_thread(sessions, f"w{n:02d}", errors) for n in range(12)]
+    threads = [write_in_thread(engine, f"w{n:02d}", errors) for n in range(12)]
     for thread in threads:
         thread.join(timeout=30)
 

@@ -77,12 +77,11 @@ def test_a_write_lock_held_elsewhere_is_busy_after_the_timeout(sqlite_file, pool
 def test_the_in_process_write_lock_times_out_as_busy(sqlite_file, pools):
     engine = make_engine(f"sqlite:///{sqlite_file}", timeout=0.2)
     store = build_store(engine, pools)
-    from jhub_gpubooking.db.session import begin_write
+    from jhub_gpubooking.db.session import write_transaction
 
-    with make_session_factory(engine)() as holder:
-        begin_write(holder)  # another request of this process holds the write lock
-        with pytest.raises(DatabaseBusy) as refused:
-            book(store, 0)
+    # another request of this process holds the write lock
+    with write_transaction(engine), pytest.raises(DatabaseBusy) as refused:
+        book(store, 0)
     assert unavailable_reason(refused.value) == BUSY_MESSAGE
     assert book(store, 0).id
     engine.dispose()
