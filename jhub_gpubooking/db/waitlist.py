@@ -29,6 +29,9 @@ from .queries import page
 from .store import BookingStore
 from .unit_of_work import UnitOfWork
 
+#: Whether any request waits at all (the state's index answers it).
+ANY_WAITING = select(WaitRow.id).where(WaitRow.state == WaitState.WAITING.value).limit(1)
+
 
 def wait_from_row(row: WaitRow) -> Wait:
     return Wait(
@@ -196,8 +199,12 @@ class WaitStore:
         """Expire what is past, then try to book every waiting request of ``pools`` (all when
         None) in fair order; returns the waits booked and their bookings."""
         store = self.store
-        # one transaction for both: every cancel and shortened booking serves the waitlist,
-        # mostly to find nothing waiting
+        # every cancel and shortened booking serves the waitlist, mostly to find nothing
+        # waiting: then a read says so, without a write transaction (on SQLite the database's
+        # write lock and a commit to disk). A wait joined after this read serves itself.
+        with store.read_transaction() as session:
+            if session.execute(ANY_WAITING).first() is None:
+                return []
         with store.unit_of_work() as work:
             self._expire(work.session, now)
             waiting = self._waiting(work.session, pools)
