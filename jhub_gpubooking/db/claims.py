@@ -23,7 +23,7 @@ from sqlalchemy import bindparam, select
 from ..core.model import Booking, BookingState
 from .convert import booking_from_row
 from .models import BookingRow
-from .queries import rows_connection, state_filter
+from .queries import state_filter
 
 if TYPE_CHECKING:
     from .store import BookingStore
@@ -55,7 +55,7 @@ def claim_first(
     and (None, []) when there is none."""
     now = store.now()
     with store.unit_of_work([pool]) as work:
-        rows = rows_connection(work.session).execute(
+        rows = work.rows().execute(
             ACTIVE_IN_POOL, {"user": user, "pool": pool, "now": now}
         )
         candidates = choose([booking_from_row(row) for row in rows])

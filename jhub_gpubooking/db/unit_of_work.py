@@ -448,7 +448,7 @@ class UnitOfWork(BookingChecks):
         statements built once, as every server start claims: no row is read for it. Returns
         the claim time."""
         claimed_at = self.store.stamp()
-        connection = rows_connection(self.session)
+        connection = self.rows()
         connection.execute(BIND_BOOKING, {"bound_id": booking_id, "bound_server": server,
                                           "bound_at": claimed_at})
         open_usage(connection, booking_id, server, claimed_at, held=taken_from is not None)
