@@ -42,12 +42,17 @@ class BudgetBook:
             return policy
         return dataclasses.replace(policy, budget_gpu_hours=None)
 
-    def check(self, session: Session, request: Booking, policy: Policy, now: datetime) -> None:
-        """Refuse ``request`` (403) if it does not fit one of the budgets it is charged to."""
+    def charged_to(self, request: Booking, policy: Policy) -> list[tuple[str, str, Budget]]:
+        """The budgets :meth:`check` counts ``request`` against (none: it reads nothing)."""
         budgets = self._budgets_of(request.user, request.groups, policy)
         if self.charge_mode == "booked":
             # the pure policy check has already charged the user's own budget
             budgets = [entry for entry in budgets if entry[0] == "group"]
+        return budgets
+
+    def check(self, session: Session, request: Booking, policy: Policy, now: datetime) -> None:
+        """Refuse ``request`` (403) if it does not fit one of the budgets it is charged to."""
+        budgets = self.charged_to(request, policy)
         if not budgets:
             return
         own_usage = self._usage(session, [request])[0] if request.id is not None else []

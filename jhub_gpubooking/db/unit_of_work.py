@@ -154,7 +154,8 @@ class BookingChecks:
         if budgets is None:
             return check(policy, request, others, now)
         check(budgets.own_rules(policy), request, others, now)
-        budgets.check(self.session, request, policy, now)
+        if budgets.charged_to(request, policy):  # only then its reads need the ORM session
+            budgets.check(self.session, request, policy, now)
 
     def check_end_change(self, booking: Booking, end: datetime, groups: Any, is_admin: bool,
                          now: datetime) -> None:
