@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from db_test_times import at
+from sqlalchemy import event
 
 from jhub_gpubooking.core.errors import Conflict, InvalidRequest, NoCapacity, PolicyViolation
 from jhub_gpubooking.core.model import BookingState
@@ -44,6 +45,26 @@ def test_a_cancel_books_the_waits_in_fair_order(store, clock):
     assert booking.note == f"Booked from the waitlist (wait #{first.id})."
     kinds = [event.kind for event in store.history(booking.id)]
     assert kinds == ["created", "waitlist_booked"]
+
+
+def test_serving_with_nothing_waiting_writes_nothing(store, engine):
+    """Every cancel serves the waitlist, mostly to find nothing: one read says so, no write
+    transaction (no expiry UPDATE, on SQLite no BEGIN IMMEDIATE)."""
+    waitlist = Waitlist(store)
+    withdrawn = waitlist.join("cy", "a100", 2, at(11), at(12))
+    waitlist.withdraw(withdrawn.id)  # a wait that is not waiting does not count
+    statements = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        statements.append(" ".join(statement.split()))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        assert waitlist.serve() == []
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    assert [s for s in statements if "FROM waits" in s]
+    assert not [s for s in statements if s.startswith(("UPDATE", "INSERT", "BEGIN IMMEDIATE"))]
 
 
 def test_a_window_wait_gets_the_first_interval_that_fits(store):
