@@ -44,15 +44,15 @@ def test_the_service_waits_for_an_unavailable_database_and_starts_with_it(
     try:
         wait_until_waiting(service, log_path)
         private_postgres.start()
+        # ask only once it says it listens: until then the port is free, and whatever else
+        # took it meanwhile (another test run's server) would answer instead
         deadline = time.monotonic() + 60
-        while True:
+        while "listening on" not in log_path.read_text(errors="replace"):
             assert service.poll() is None, log_path.read_text()
-            try:
-                answer = httpx.get(f"http://127.0.0.1:{port}/services/gpu-booking/api/bookings")
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.2)
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+        assert service.poll() is None, log_path.read_text()
+        answer = httpx.get(f"http://127.0.0.1:{port}/services/gpu-booking/api/bookings")
         # it serves: an anonymous request gets the API's JSON refusal
         assert answer.status_code == 403
         assert answer.json()["status"] == 403
