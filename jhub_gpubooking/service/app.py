@@ -62,7 +62,7 @@ from .planning import Budgets, RecurringSeries
 from .pool_checks import check_pools
 from .ratelimit import WriteRateLimiter
 from .routes import UnknownPathHandler, service_handlers
-from .startup import hub_scopes_suffice, use_curl_if_installed, wait_for_database
+from .startup import hub_scopes_suffice, wait_for_database
 from .waitlist import Waitlist
 
 #: Seconds the service waits, once told to stop, for requests in flight and database work;
@@ -552,7 +552,6 @@ class GPUBookingService(Application):
     async def serve(self) -> None:
         """Listen on ``service_url`` until SIGINT or SIGTERM (the Hub sends SIGINT first to stop
         a managed service, Kubernetes SIGTERM to the hub pod), then stop within 2 seconds."""
-        use_curl_if_installed(self.log)
         if not await hub_scopes_suffice(self.hub_api_url, self.api_token, self.log):
             self.exit(2)
         freeze_startup_heap()

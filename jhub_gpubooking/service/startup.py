@@ -50,22 +50,6 @@ def wait_for_database(open_store: Callable[[], T], db_url: str, log: logging.Log
         waited += DATABASE_RETRY_SECONDS
 
 
-def use_curl_if_installed(log: logging.Logger) -> bool:
-    """Make tornado's ``AsyncHTTPClient`` the curl client when pycurl is installed, as the Hub
-    does (``JupyterHub.init_pycurl``); True if it is.
-
-    The z2jh hub image has pycurl. Every user request whose token identity HubAuth must refresh
-    (``auth_cache_seconds``) is a Hub round trip through this client: tornado's simple client
-    opens a new connection for each, curl keeps one alive.
-    """
-    try:
-        AsyncHTTPClient.configure("tornado.curl_httpclient.CurlAsyncHTTPClient")
-    except ImportError as error:
-        log.debug("pycurl is not installed (%s): the Hub is asked over new connections", error)
-        return False
-    return True
-
-
 async def hub_scopes_suffice(hub_api_url: str, api_token: str, log: logging.Logger) -> bool:
     """False, logged in one line, when the Hub refuses the service's token or its role lacks a
     scope it needs (SERVICE_SCOPES): without read:servers and admin:server_state a running

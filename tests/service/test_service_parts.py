@@ -3,7 +3,6 @@ the Application's traits and its refusal to start on a stale database."""
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import sys
@@ -14,8 +13,6 @@ from pathlib import Path
 import yaml
 from icalendar import Calendar
 from openapi_spec_validator import validate
-from tornado.httpclient import AsyncHTTPClient
-from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import TraitType
 
 from jhub_gpubooking.core.model import Booking, Placement, Pool
@@ -27,7 +24,6 @@ from jhub_gpubooking.service.flagged import flagged_routes
 from jhub_gpubooking.service.metrics import ServiceMetrics, booked_gpus_now
 from jhub_gpubooking.service.routes import service_routes, template_to_pattern
 from jhub_gpubooking.service.serialize import booking_json, pool_json
-from jhub_gpubooking.service.startup import use_curl_if_installed
 
 OPENAPI_PATH = Path(service_app.__file__).with_name("openapi.yaml")
 T0 = datetime(2026, 11, 23, 9, 0, tzinfo=timezone.utc)
@@ -374,22 +370,3 @@ def test_starting_the_service_does_not_import_the_kubernetes_client():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert loaded == "[]"
-
-
-
-def test_the_service_asks_the_hub_through_curl_when_pycurl_is_installed(monkeypatch):
-    """As the Hub does: the z2jh hub image has pycurl, and HubAuth's token lookups then reuse a
-    connection instead of opening one each. The test sets install pycurl as that image does."""
-    saved = AsyncHTTPClient.configured_class()
-    try:
-        assert use_curl_if_installed(logging.getLogger("test")) is True
-        assert AsyncHTTPClient.configured_class().__name__ == "CurlAsyncHTTPClient"
-
-        # without pycurl, tornado's own client stays and nothing fails
-        AsyncHTTPClient.configure(SimpleAsyncHTTPClient)
-        monkeypatch.setitem(sys.modules, "pycurl", None)  # None: `import pycurl` fails
-        monkeypatch.delitem(sys.modules, "tornado.curl_httpclient")
-        assert use_curl_if_installed(logging.getLogger("test")) is False
-        assert AsyncHTTPClient.configured_class() is SimpleAsyncHTTPClient
-    finally:
-        AsyncHTTPClient.configure(saved)
