@@ -17,6 +17,7 @@ from traitlets import TraitType
 
 from jhub_gpubooking.core.model import Booking, Placement, Pool
 from jhub_gpubooking.service import app as service_app
+from jhub_gpubooking.service import startup
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.base import Principal, principal_from_model
 from jhub_gpubooking.service.feeds import bookings_calendar
@@ -212,7 +213,7 @@ def test_the_startup_heap_is_left_out_of_later_collections():
     import gc
 
     try:
-        service_app.freeze_startup_heap()
+        startup.freeze_startup_heap()
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
