@@ -1,4 +1,4 @@
-"""Re-placing upcoming bookings exactly: an integer program solved by HiGHS.
+"""Re-placing upcoming bookings exactly: an integer program, solved by CP-SAT or HiGHS.
 
 :mod:`.replacement`'s chain and repack are bounded on a large pool, so they can refuse a
 request that some re-placement of the upcoming bookings would let in. This module decides
@@ -15,13 +15,14 @@ avoidable refusals build on too (:func:`build_model`):
   so one row per GPU and start (of a demand, of what stays, of a maintenance window) checks
   every moment; what stays (``held``) only takes capacity away, and ``x[r, g]`` exists only
   where what stays leaves ``r`` its slices all its interval (a node only with ``width`` such
-  GPUs): the same program, with the columns HiGHS would fix to 0 anyway left out.
+  GPUs): the same program, with the columns a solver would fix to 0 anyway left out.
 
 :func:`place_exactly` fixes every ``a`` to 1 and minimises the bookings that leave their GPUs
 (a time-limited incumbent is taken as it is), then checks the answer with the core's own audit
 (:func:`.placement.overbooked_instants`, :func:`.placement.maintenance_collisions`) before
-returning it. scipy is imported only when a model is solved, so importing this module (the
-Hub imports the spawner, which imports the core) never imports scipy.
+returning it. The solver (:mod:`.ilp_solvers`: CP-SAT when OR-Tools is installed, else HiGHS
+from scipy) is imported only when a model is solved, so importing this module (the Hub
+imports the spawner, which imports the core) imports neither.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import Any
 
+from .ilp_solvers import Solution, solve_binary
 from .model import Booking, MaintenanceWindow, Move, Placement, Pool, Replacement
 from .placement import Held, Overbooking, held, maintenance_collisions, overbooked_instants
 from .timegrid import as_utc
 
-#: Seconds HiGHS may spend on one create's re-placement by default (the service's
+#: Seconds the solver may spend on one create's re-placement by default (the service's
 #: ``GPUBookingService.exact_move_seconds``; the pool's lock is held meanwhile).
 DEFAULT_SECONDS = 1.0
 
@@ -89,37 +90,13 @@ class MoveModel:
         self.columns.append(key)
         return len(self.columns) - 1
 
-    def constraints(self) -> Any:
-        """The rows as one ``scipy.optimize.LinearConstraint`` (a sparse matrix)."""
-        from scipy.optimize import LinearConstraint
-        from scipy.sparse import coo_array
-
-        data, row_index, col_index = [], [], []
-        for i, (coefficients, _, _) in enumerate(self.rows):
-            for col, coefficient in coefficients.items():
-                data.append(coefficient)
-                row_index.append(i)
-                col_index.append(col)
-        matrix = coo_array((data, (row_index, col_index)),
-                           shape=(len(self.rows), len(self.columns))).tocsr()
-        return LinearConstraint(matrix, [low for _, low, _ in self.rows],
-                                [high for _, _, high in self.rows])
-
     def solve(self, cost: Sequence[float], placed_at_least: float, time_limit: float,
-              exact_gap: bool = False) -> Any:
-        """``scipy.optimize.milp`` on the model: minimise ``cost``, every ``a`` at least
-        ``placed_at_least`` (1: all placed), every variable binary."""
-        from scipy.optimize import Bounds, milp
-
-        low = [0.0] * len(self.columns)
-        for a in self.admit:
-            low[a] = placed_at_least
-        options: dict[str, float] = {"time_limit": max(time_limit, 0.001)}
-        if exact_gap:
-            options["mip_rel_gap"] = 0
-        return milp([float(c) for c in cost], constraints=self.constraints(),
-                    integrality=[1] * len(self.columns), bounds=Bounds(low, 1),
-                    options=options)
+              exact_gap: bool = False, solver: str = "auto") -> Solution:
+        """Minimise ``cost``, every ``a`` at least ``placed_at_least`` (1: all placed), every
+        variable binary, with ``solver`` (see :mod:`.ilp_solvers`)."""
+        return solve_binary(len(self.columns), self.rows, cost,
+                            [(a, placed_at_least) for a in self.admit], time_limit,
+                            solver=solver, exact_gap=exact_gap)
 
     def placements(self, values: Sequence[float]) -> dict[int, Placement]:
         """Demand index -> its placement in a solution (placed demands only)."""
@@ -145,7 +122,7 @@ def build_model(pool: Pool, demands: Sequence[Demand], holding: Iterable[Held] =
         r = len(model.admit)
         model.admit.append(a)
         # only GPUs where what stays leaves the demand room all its interval get a column:
-        # the others could never take it, and every column HiGHS need not branch on counts
+        # the others could never take it, and every column the solver need not branch on counts
         usable = [g for g in range(len(gpus))
                   if room.least(g, demand.start, demand.end) >= demand.slices]
         xs: dict[int, int] = {}
@@ -266,10 +243,12 @@ def place_exactly(
     amount: Fraction,
     maintenance: Sequence[MaintenanceWindow] = (),
     time_limit: float = DEFAULT_SECONDS,
+    solver: str = "auto",
 ) -> Replacement | None:
     """Place ``amount`` GPUs for [start, end), moving bookings of ``movable`` (each keeping
-    its slices, GPU count, times and one node) as few as HiGHS finds within ``time_limit``
-    seconds; ``staying`` bookings and ``maintenance`` keep their capacity. None when the
+    its slices, GPU count, times and one node) as few as the solver finds within ``time_limit``
+    seconds (``solver``: see :mod:`.ilp_solvers`); ``staying`` bookings and ``maintenance``
+    keep their capacity. None when the
     program is infeasible or no solution was found in time. The answer is audited before it
     is returned (a finding raises: it would be a bug in the model)."""
     start, end = as_utc(start), as_utc(end)
@@ -304,7 +283,7 @@ def place_exactly(
         cost.append(-1.0)
         for col in current:
             model.rows.append(({stay: 1.0, col: -1.0}, float("-inf"), 0.0))
-    result = model.solve(cost, 1, time_limit)
+    result = model.solve(cost, 1, time_limit, solver=solver)
     if result.x is None:
         return None
     placed = model.placements(result.x)

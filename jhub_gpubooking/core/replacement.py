@@ -98,6 +98,7 @@ def place_or_move(
     maintenance: Iterable[MaintenanceWindow] = (),
     known: tuple[datetime, datetime] | None = None,
     exact_seconds: float = 0,
+    exact_solver: str = "auto",
 ) -> Replacement:
     """Place ``amount`` GPUs of ``pool`` for [start, end), moving upcoming bookings if needed.
 
@@ -105,8 +106,8 @@ def place_or_move(
     :func:`is_movable` at ``now``) are moved: the fewest on a small instance, the fewest the
     bounded chain finds, else as the repacking leaves them (module docstring). When those
     bounded phases find nothing on a large instance and ``exact_seconds`` > 0, the last resort
-    is the exact integer program of :mod:`.exact_moves` (HiGHS, at most about that many
-    seconds), unless the request would not fit even with every movable booking gone. A moved
+    is the exact integer program of :mod:`.exact_moves` (``exact_solver``, at most about that
+    many seconds), unless the request would not fit even with every movable booking gone. A moved
     booking may collide only with what ``existing`` holds, so ``existing`` must hold every
     booking overlapping the bookings that could move. ``known`` = (from, until) says
     ``existing`` is complete only inside that interval: bookings reaching outside it stay
@@ -127,7 +128,7 @@ def place_or_move(
     # an exact search that ran its course proved no re-placement exists; else ask the program
     if found is None and not search.proved_none and exact_seconds > 0:
         found = _place_exactly(search, existing, maintenance, start, end, Fraction(amount),
-                               exact_seconds)
+                               exact_seconds, exact_solver)
     if found is None:
         place(pool, during, start, end, amount, maintenance)  # raises the refusal
         raise AssertionError("place() placed what fit() could not")
@@ -136,7 +137,7 @@ def place_or_move(
 
 def _place_exactly(search: _Search, existing: list[Booking],
                    maintenance: list[MaintenanceWindow], start: datetime, end: datetime,
-                   amount: Fraction, seconds: float) -> Replacement | None:
+                   amount: Fraction, seconds: float, solver: str) -> Replacement | None:
     """The exact last resort, with the search's own split into what may move and what stays
     (``is_movable`` and ``known``); skipped when only what stays is in the way."""
     movable = [hold.booking for hold in search.holds[1:] if hold.movable]
@@ -146,7 +147,7 @@ def _place_exactly(search: _Search, existing: list[Booking],
            amount, maintenance) is None:
         return None
     return place_exactly(search.pool, staying, movable, start, end, amount, maintenance,
-                         seconds)
+                         seconds, solver)
 
 
 class _Hold:

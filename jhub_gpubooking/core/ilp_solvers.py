@@ -1,0 +1,164 @@
+"""Solving a binary integer program: HiGHS (scipy) or CP-SAT (OR-Tools), one answer shape.
+
+:mod:`.exact_moves` builds its program once (columns, rows of ``low <= sum(c * x) <= high``, a
+cost to minimise, every variable 0 or 1) and hands it here. Two solvers can answer it:
+
+* ``"highs"``: ``scipy.optimize.milp`` (HiGHS), always installed with this package;
+* ``"cpsat"``: OR-Tools' CP-SAT, installed with the ``cpsat`` extra. On the lab trace's exact
+  re-placements that HiGHS could not finish within a create's second, CP-SAT on one thread
+  finished most of them, proving infeasibility or finding a re-placement that moves far fewer
+  bookings (docs/benchmarks.md, "CP-SAT for the exact last resort"): those programs are
+  assignment problems with tight capacity rows, where its clause learning beats branch and cut
+  on a weak LP relaxation.
+* ``"auto"`` (the default): CP-SAT when OR-Tools is importable, else HiGHS.
+
+Neither solver is imported until a program is solved, so importing the core (the Hub imports
+the spawner) loads neither.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: The names ``GPUBookingService.exact_move_solver`` accepts.
+SOLVERS = ("auto", "cpsat", "highs")
+
+#: One row: coefficients by column, low, high (``-inf``/``inf`` for no bound).
+Row = tuple[dict[int, float], float, float]
+
+
+@dataclass(frozen=True)
+class Solution:
+    """What a solver answered: ``status`` is "optimal", "feasible" (a solution, not proved
+    best: the time ran out), "infeasible" (proved) or "unknown" (no solution, no proof);
+    ``x`` the variables' values when there is a solution; ``objective`` its cost and ``bound``
+    the solver's proved lower bound on any solution's cost (None when not known)."""
+
+    status: str
+    x: list[float] | None
+    objective: float | None
+    bound: float | None
+    solver: str
+
+    @property
+    def found(self) -> bool:
+        return self.x is not None
+
+
+def cpsat_installed() -> bool:
+    """True when OR-Tools (CP-SAT) can be imported."""
+    try:
+        import ortools.sat.python.cp_model  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve(solver: str) -> str:
+    """The solver ``solver`` names: "auto" becomes "cpsat" or "highs"; asking for "cpsat"
+    without OR-Tools is an error that says how to install it."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}: use one of {', '.join(SOLVERS)}")
+    if solver == "auto":
+        return "cpsat" if cpsat_installed() else "highs"
+    if solver == "cpsat" and not cpsat_installed():
+        raise ValueError("the CP-SAT solver needs OR-Tools: pip install 'jhub-gpubooking[cpsat]'")
+    return solver
+
+
+def solve_binary(columns: int, rows: Sequence[Row], cost: Sequence[float],
+                 at_least: Sequence[tuple[int, float]], time_limit: float,
+                 solver: str = "auto", exact_gap: bool = False) -> Solution:
+    """Minimise ``cost`` over binary ``columns`` subject to ``rows``; each (column, low) of
+    ``at_least`` bounds that column from below. Within about ``time_limit`` seconds (model
+    building included for CP-SAT); ``exact_gap`` asks HiGHS to prove the optimum exactly
+    (CP-SAT always does when it has the time)."""
+    name = resolve(solver)
+    if name == "cpsat":
+        return _cpsat(columns, rows, cost, at_least, time_limit)
+    return _highs(columns, rows, cost, at_least, time_limit, exact_gap)
+
+
+def _highs(columns: int, rows: Sequence[Row], cost: Sequence[float],
+           at_least: Sequence[tuple[int, float]], time_limit: float,
+           exact_gap: bool) -> Solution:
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_array
+
+    data, row_index, col_index = [], [], []
+    for i, (coefficients, _, _) in enumerate(rows):
+        for col, coefficient in coefficients.items():
+            data.append(coefficient)
+            row_index.append(i)
+            col_index.append(col)
+    matrix = coo_array((data, (row_index, col_index)), shape=(len(rows), columns)).tocsr()
+    constraints = LinearConstraint(matrix, [low for _, low, _ in rows],
+                                   [high for _, _, high in rows])
+    low = [0.0] * columns
+    for col, bound in at_least:
+        low[col] = bound
+    options: dict[str, float] = {"time_limit": max(time_limit, 0.001)}
+    if exact_gap:
+        options["mip_rel_gap"] = 0
+    result = milp([float(c) for c in cost], constraints=constraints,
+                  integrality=[1] * columns, bounds=Bounds(low, 1), options=options)
+    # scipy's status: 0 optimal, 1 a time or iteration limit, 2 infeasible, else unknown;
+    # HiGHS keeps integers within a tolerance, and every variable here is 0 or 1
+    x = None if result.x is None else [float(round(value)) for value in result.x]
+    status = {0: "optimal", 2: "infeasible"}.get(result.status,
+                                                 "feasible" if x is not None else "unknown")
+    bound = getattr(result, "mip_dual_bound", None)
+    return Solution(status, x, None if x is None else _cost(cost, x),
+                    None if bound is None else float(bound), "highs")
+
+
+def _cpsat(columns: int, rows: Sequence[Row], cost: Sequence[float],
+           at_least: Sequence[tuple[int, float]], time_limit: float) -> Solution:
+    from ortools.sat.python import cp_model
+
+    began = time.perf_counter()
+    model = cp_model.CpModel()
+    x = [model.new_bool_var("") for _ in range(columns)]
+    for col, bound in at_least:
+        if bound > 0:
+            model.add(x[col] >= math.ceil(bound))
+    for coefficients, low, high in rows:
+        cols = list(coefficients)
+        weights = [_integral(coefficients[c]) for c in cols]
+        expression = cp_model.LinearExpr.weighted_sum([x[c] for c in cols], weights)
+        model.add_linear_constraint(
+            expression,
+            -cp_model.INT_MAX if low == -math.inf else _integral(math.ceil(low)),
+            cp_model.INT_MAX if high == math.inf else _integral(math.floor(high)))
+    objective = [(x[c], float(w)) for c, w in enumerate(cost) if w]
+    if objective:
+        model.minimize(cp_model.LinearExpr.weighted_sum([v for v, _ in objective],
+                                                        [w for _, w in objective]))
+    engine = cp_model.CpSolver()
+    # one thread: the service's other requests need the other core, and one worker is
+    # deterministic for a given program; building the model counts against the limit
+    engine.parameters.num_workers = 1
+    engine.parameters.max_time_in_seconds = max(time_limit - (time.perf_counter() - began),
+                                                0.001)
+    code = engine.solve(model)
+    status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
+              cp_model.INFEASIBLE: "infeasible"}.get(code, "unknown")
+    if status not in ("optimal", "feasible"):
+        return Solution(status, None, None, None, "cpsat")
+    values = [float(engine.boolean_value(v)) for v in x]
+    bound = engine.best_objective_bound if objective else 0.0
+    return Solution(status, values, _cost(cost, values), bound, "cpsat")
+
+
+def _cost(cost: Sequence[float], x: Sequence[float]) -> float:
+    return float(sum(w * x[c] for c, w in enumerate(cost) if w))
+
+
+def _integral(value: float) -> int:
+    """CP-SAT's rows take integers; every row this package builds has integral ones."""
+    if value != round(value):
+        raise ValueError(f"CP-SAT needs integral coefficients and bounds, got {value}")
+    return round(value)
