@@ -52,6 +52,7 @@ class BookingStore:
         clock: Clock | None = None,
         budgets: Any = None,
         exact_move_seconds: float = DEFAULT_EXACT_SECONDS,
+        exact_move_solver: str = "auto",
     ):
         self._session_factory = session_factory
         self.pools = dict(pools)
@@ -65,6 +66,8 @@ class BookingStore:
         self.budgets = budgets
         #: seconds a create may spend on the exact re-placement of upcoming bookings (0: off)
         self.exact_move_seconds = exact_move_seconds
+        #: which solver answers it (:data:`~..core.ilp_solvers.SOLVERS`)
+        self.exact_move_solver = exact_move_solver
 
     # -- configuration held in memory ------------------------------------------------------
 

@@ -381,6 +381,7 @@ class UnitOfWork(BookingChecks):
         found = replacement.place_or_move(
             pool_spec, bookings, request.start, request.end, request.amount, now, windows,
             known=(start, end), exact_seconds=self.store.exact_move_seconds,
+            exact_solver=self.store.exact_move_solver,
         )
         self.move_all([(move.booking, move.placement) for move in found.moves])
         return found.placement

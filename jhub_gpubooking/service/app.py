@@ -8,7 +8,6 @@ Hub API URL/token and OAuth client. See ``docs`` for the Hub-side service defini
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import secrets
@@ -28,6 +27,7 @@ from traitlets import (
     Bool,
     Callable,
     Dict,
+    Enum,
     Float,
     Instance,
     Integer,
@@ -45,6 +45,8 @@ from ..cluster.nodes import NodeInventory
 from ..cluster.webhook import AdmissionWebhook
 from ..core.clock import Clock, SystemClock
 from ..core.exact_moves import DEFAULT_SECONDS as DEFAULT_EXACT_SECONDS
+from ..core.ilp_solvers import SOLVERS
+from ..core.ilp_solvers import resolve as resolve_solver
 from ..core.model import Pool
 from ..core.policy import SAFE_DEFAULT_POLICY
 from ..db.flags import BookingFlags
@@ -62,7 +64,7 @@ from .planning import Budgets, RecurringSeries
 from .pool_checks import check_pools
 from .ratelimit import WriteRateLimiter
 from .routes import UnknownPathHandler, service_handlers
-from .startup import hub_scopes_suffice, wait_for_database
+from .startup import freeze_startup_heap, hub_scopes_suffice, wait_for_database
 from .waitlist import Waitlist
 
 #: Seconds the service waits, once told to stop, for requests in flight and database work;
@@ -238,17 +240,26 @@ class GPUBookingService(Application):
     ).tag(config=True)
     exact_move_seconds = Float(
         DEFAULT_EXACT_SECONDS,
+        min=0,
         help="Longest time in seconds a create may spend re-placing upcoming bookings exactly "
-        "(an integer program solved by HiGHS, from scipy) when the quick searches find no way to "
+        "(an integer program, see exact_move_solver) when the quick searches find no way to "
         "let the request in by moving bookings that have not started. The pool's lock is held "
         "meanwhile, so other creates, claims and cancels in that pool wait; the best "
         "re-placement found in time is used. 0 turns this last resort off.",
     ).tag(config=True)
+    exact_move_solver = Enum(
+        SOLVERS,
+        default_value="auto",
+        help="Which solver answers that integer program: 'cpsat' (OR-Tools' CP-SAT, on one "
+        "thread; install it with pip install 'jhub-gpubooking[cpsat]'), 'highs' (HiGHS, from "
+        "scipy, always installed) or 'auto' (CP-SAT when OR-Tools is installed, else HiGHS). "
+        "On the lab trace CP-SAT decides most of the programs HiGHS leaves open in a second "
+        "(docs/benchmarks.md). The service refuses to start with 'cpsat' and no OR-Tools.",
+    ).tag(config=True)
 
-    @validate("exact_move_seconds")
-    def _exact_move_seconds_not_negative(self, proposal) -> float:
-        if proposal["value"] < 0:
-            raise ValueError("exact_move_seconds must be 0 (off) or more seconds.")
+    @validate("exact_move_solver")
+    def _exact_move_solver_installed(self, proposal) -> str:
+        resolve_solver(proposal["value"])  # 'cpsat' without OR-Tools: say how to install it
         return proposal["value"]
 
     spawner_services = List(
@@ -395,6 +406,7 @@ class GPUBookingService(Application):
             slot_minutes=self.slot_minutes,
             clock=self.clock,
             exact_move_seconds=self.exact_move_seconds,
+            exact_move_solver=self.exact_move_solver,
             budgets=self.budgets.budget_book(),
         )
         store.sync_pools()
@@ -582,17 +594,6 @@ class GPUBookingService(Application):
             await asyncio.wait_for(server.close_all_connections(), SHUTDOWN_SECONDS)
         except asyncio.TimeoutError:
             self.log.info("Closing connections still open")
-
-
-def freeze_startup_heap() -> None:
-    """Keep the objects of start-up (modules, configuration, SQLAlchemy's tables and compiled
-    statements: over 100,000) out of the garbage collector's later full collections.
-
-    They live as long as the process, yet each full collection walked them all, 60 ms of CPU
-    (measured, see docs/benchmarks.md): a pause for every request in flight, longer than a
-    create's whole latency target. Collected once first, so no garbage is kept forever."""
-    gc.collect()
-    gc.freeze()
 
 
 main = GPUBookingService.launch_instance

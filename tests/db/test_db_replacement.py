@@ -133,3 +133,10 @@ def test_a_create_on_a_large_pool_moves_bookings_by_the_exact_last_resort(make_s
     no_budget = mock.patch.multiple(replacement, BOUNDED_EXPANSIONS=0, REPACK_GPU_STEPS=0)
     with no_budget, pytest.raises(NoCapacity):
         off.create("dave", "big", 1, at(11), at(12))
+    # the store's solver answers the program
+    highs = make_store(pools={**pools, "big": big}, exact_move_solver="highs")
+    exact = mock.patch.object(replacement, "place_exactly", wraps=replacement.place_exactly)
+    with no_budget, exact as asked:
+        again = highs.create("dave", "big", 1, at(11), at(12))
+    assert asked.call_args.args[-1] == "highs"
+    assert again.placement.node == "node-x"

@@ -9,7 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from tornado import web
 from tornado.httpserver import HTTPServer
+from traitlets import TraitError
 
+from jhub_gpubooking.core import ilp_solvers
 from jhub_gpubooking.core.errors import PolicyViolation
 from jhub_gpubooking.core.model import Booking
 from jhub_gpubooking.core.policy import SAFE_DEFAULT_POLICY, Policy, check_booking
@@ -31,6 +33,20 @@ def test_the_auth_cache_default_is_at_most_30_seconds_and_reaches_huboauth(monke
     assert service.make_hub_auth().cache_max_age == 3
     with pytest.raises(Exception, match="auth_cache_seconds must be from 0 to 300"):
         GPUBookingService(auth_cache_seconds=3600)
+
+
+def test_the_exact_move_solver_is_checked_at_start(monkeypatch):
+    assert GPUBookingService().exact_move_solver == "auto"
+    assert GPUBookingService(exact_move_solver="highs").exact_move_solver == "highs"
+    with pytest.raises(TraitError):
+        GPUBookingService(exact_move_solver="gurobi")
+    with pytest.raises(TraitError):
+        GPUBookingService(exact_move_seconds=-1)
+    # asked for by name without OR-Tools: the service does not start, and says what to install
+    monkeypatch.setattr(ilp_solvers, "cpsat_installed", lambda: False)
+    with pytest.raises(ValueError, match=r"pip install 'jhub-gpubooking\[cpsat\]'"):
+        GPUBookingService(exact_move_solver="cpsat")
+    assert GPUBookingService(exact_move_solver="auto").exact_move_solver == "auto"
 
 
 def test_the_safe_default_policy_is_the_option_default_and_bounds_length_and_horizon():
