@@ -1,16 +1,19 @@
-"""Solving a binary integer program: HiGHS (scipy) or CP-SAT (OR-Tools), one answer shape.
+"""Solving a binary integer program: HiGHS (scipy), CP-SAT (OR-Tools) or both, one answer shape.
 
 :mod:`.exact_moves` builds its program once (columns, rows of ``low <= sum(c * x) <= high``, a
 cost to minimise, every variable 0 or 1) and hands it here. Two solvers can answer it:
 
 * ``"highs"``: ``scipy.optimize.milp`` (HiGHS), always installed with this package;
-* ``"cpsat"``: OR-Tools' CP-SAT, installed with the ``cpsat`` extra. On the lab trace's exact
-  re-placements that HiGHS could not finish within a create's second, CP-SAT on one thread
-  finished most of them, proving infeasibility or finding a re-placement that moves far fewer
-  bookings (docs/benchmarks.md, "CP-SAT for the exact last resort"): those programs are
-  assignment problems with tight capacity rows, where its clause learning beats branch and cut
-  on a weak LP relaxation.
-* ``"auto"`` (the default): CP-SAT when OR-Tools is importable, else HiGHS.
+* ``"cpsat"``: OR-Tools' CP-SAT on one thread, installed with the ``cpsat`` extra. Its
+  re-placements keep far more bookings where they are than HiGHS's within the same second
+  (docs/benchmarks.md, "CP-SAT and the portfolio for the exact last resort").
+* ``"portfolio"``: both at once, HiGHS in a thread of its own (both release the GIL while
+  they search): the first to prove its answer (optimal or infeasible) ends the other's
+  search, else the better solution found is taken. They fail on different programs: of the
+  exact steps one ran out of time on in a lab-trace replay, the other decided 40-70%
+  (HiGHS proves infeasibility where CP-SAT's search wanders, CP-SAT finds re-placements where
+  HiGHS's LP relaxation is weak). Uses two cores while it runs.
+* ``"auto"`` (the default): the portfolio when OR-Tools is importable, else HiGHS.
 
 Neither solver is imported until a program is solved, so importing the core (the Hub imports
 the spawner) loads neither.
@@ -19,12 +22,13 @@ the spawner) loads neither.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: The names ``GPUBookingService.exact_move_solver`` accepts.
-SOLVERS = ("auto", "cpsat", "highs")
+SOLVERS = ("auto", "portfolio", "cpsat", "highs")
 
 #: One row: coefficients by column, low, high (``-inf``/``inf`` for no bound).
 Row = tuple[dict[int, float], float, float]
@@ -58,14 +62,15 @@ def cpsat_installed() -> bool:
 
 
 def resolve(solver: str) -> str:
-    """The solver ``solver`` names: "auto" becomes "cpsat" or "highs"; asking for "cpsat"
-    without OR-Tools is an error that says how to install it."""
+    """The solver ``solver`` names: "auto" becomes "portfolio" or "highs"; asking for CP-SAT
+    (alone or in the portfolio) without OR-Tools is an error that says how to install it."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}: use one of {', '.join(SOLVERS)}")
     if solver == "auto":
-        return "cpsat" if cpsat_installed() else "highs"
-    if solver == "cpsat" and not cpsat_installed():
-        raise ValueError("the CP-SAT solver needs OR-Tools: pip install 'jhub-gpubooking[cpsat]'")
+        return "portfolio" if cpsat_installed() else "highs"
+    if solver in ("cpsat", "portfolio") and not cpsat_installed():
+        raise ValueError(f"the {solver} solver needs OR-Tools: "
+                         "pip install 'jhub-gpubooking[cpsat]'")
     return solver
 
 
@@ -77,9 +82,62 @@ def solve_binary(columns: int, rows: Sequence[Row], cost: Sequence[float],
     building included for CP-SAT); ``exact_gap`` asks HiGHS to prove the optimum exactly
     (CP-SAT always does when it has the time)."""
     name = resolve(solver)
+    if name == "portfolio":
+        return _portfolio(columns, rows, cost, at_least, time_limit, exact_gap)
     if name == "cpsat":
         return _cpsat(columns, rows, cost, at_least, time_limit)
     return _highs(columns, rows, cost, at_least, time_limit, exact_gap)
+
+
+def _proved(solution: Solution) -> bool:
+    return solution.status in ("optimal", "infeasible")
+
+
+def _portfolio(columns: int, rows: Sequence[Row], cost: Sequence[float],
+               at_least: Sequence[tuple[int, float]], time_limit: float,
+               exact_gap: bool) -> Solution:
+    stop = _Stop()
+    answers: list[Solution] = []
+
+    def highs() -> None:
+        answer = _highs(columns, rows, cost, at_least, time_limit, exact_gap)
+        answers.append(answer)
+        if _proved(answer):
+            stop.stop()
+
+    thread = threading.Thread(target=highs, name="exact-moves-highs", daemon=True)
+    thread.start()
+    cpsat = _cpsat(columns, rows, cost, at_least, time_limit, stop)
+    if _proved(cpsat):
+        # HiGHS cannot be interrupted: it finishes within its limit and its answer is dropped
+        return cpsat
+    thread.join()
+    highs_answer = answers[0] if answers else Solution("unknown", None, None, None, "highs")
+    if _proved(highs_answer):
+        return highs_answer
+    found = [answer for answer in (cpsat, highs_answer) if answer.found]
+    return min(found, key=lambda answer: answer.objective) if found else cpsat
+
+
+class _Stop:
+    """Ends a CP-SAT search from another thread, also when asked before the search began."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engine = None
+        self._stopped = False
+
+    def attach(self, engine) -> bool:
+        """False when the search should not start at all."""
+        with self._lock:
+            self._engine = engine
+            return not self._stopped
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            if self._engine is not None:
+                self._engine.stop_search()
 
 
 def _highs(columns: int, rows: Sequence[Row], cost: Sequence[float],
@@ -116,7 +174,8 @@ def _highs(columns: int, rows: Sequence[Row], cost: Sequence[float],
 
 
 def _cpsat(columns: int, rows: Sequence[Row], cost: Sequence[float],
-           at_least: Sequence[tuple[int, float]], time_limit: float) -> Solution:
+           at_least: Sequence[tuple[int, float]], time_limit: float,
+           stop: _Stop | None = None) -> Solution:
     from ortools.sat.python import cp_model
 
     began = time.perf_counter()
@@ -143,6 +202,8 @@ def _cpsat(columns: int, rows: Sequence[Row], cost: Sequence[float],
     engine.parameters.num_workers = 1
     engine.parameters.max_time_in_seconds = max(time_limit - (time.perf_counter() - began),
                                                 0.001)
+    if stop is not None and not stop.attach(engine):
+        return Solution("unknown", None, None, None, "cpsat")
     code = engine.solve(model)
     status = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
               cp_model.INFEASIBLE: "infeasible"}.get(code, "unknown")

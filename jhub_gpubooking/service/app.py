@@ -250,11 +250,12 @@ class GPUBookingService(Application):
     exact_move_solver = Enum(
         SOLVERS,
         default_value="auto",
-        help="Which solver answers that integer program: 'cpsat' (OR-Tools' CP-SAT, on one "
-        "thread; install it with pip install 'jhub-gpubooking[cpsat]'), 'highs' (HiGHS, from "
-        "scipy, always installed) or 'auto' (CP-SAT when OR-Tools is installed, else HiGHS). "
-        "On the lab trace CP-SAT decides most of the programs HiGHS leaves open in a second "
-        "(docs/benchmarks.md). The service refuses to start with 'cpsat' and no OR-Tools.",
+        help="Which solver answers that integer program: 'highs' (HiGHS, from scipy, always "
+        "installed), 'cpsat' (OR-Tools' CP-SAT on one thread; pip install "
+        "'jhub-gpubooking[cpsat]'), 'portfolio' (both at once on two threads, the first proof "
+        "wins: they fail on different programs) or 'auto' (the portfolio when OR-Tools is "
+        "installed, else HiGHS). The service refuses to start with 'cpsat' or 'portfolio' and "
+        "no OR-Tools.",
     ).tag(config=True)
 
     @validate("exact_move_solver")

@@ -39,7 +39,7 @@ from jhub_gpubooking.core.replacement import is_movable, place_or_move
 #: Far more than any of these tiny programs needs: the answers below are the solver's optimum.
 GENEROUS_SECONDS = 60
 exact_settings = settings(max_examples=300, deadline=None)
-each_solver = pytest.mark.parametrize("solver", ["cpsat", "highs"])
+each_solver = pytest.mark.parametrize("solver", ["cpsat", "highs", "portfolio"])
 
 
 def split(bookings: list[Booking]) -> tuple[list[Booking], list[Booking]]:

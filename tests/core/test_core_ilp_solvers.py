@@ -4,13 +4,14 @@ optimum, the bounds of each row kept), and the choice between them says what is 
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 
 from jhub_gpubooking.core import ilp_solvers
 from jhub_gpubooking.core.ilp_solvers import cpsat_installed, resolve, solve_binary
 
-SOLVERS = ["cpsat", "highs"]
+SOLVERS = ["cpsat", "highs", "portfolio"]
 
 #: Three items of sizes 2, 3, 4 and a bin of 6: at most one row, exactly one of the first two.
 KNAPSACK = dict(
@@ -26,10 +27,12 @@ def test_the_test_sets_install_or_tools():
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
-def test_both_solvers_find_the_same_optimum(solver):
+def test_every_solver_finds_the_same_optimum(solver):
     found = solve_binary(**KNAPSACK, at_least=[], time_limit=30, solver=solver)
-    assert (found.status, found.x, found.objective, found.bound, found.solver) == (
-        "optimal", [1.0, 0.0, 1.0], -6.0, -6.0, solver)
+    assert (found.status, found.x, found.objective, found.bound) == (
+        "optimal", [1.0, 0.0, 1.0], -6.0, -6.0)
+    # the portfolio answers with whichever proved it first
+    assert found.solver in ({solver} if solver != "portfolio" else {"cpsat", "highs"})
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
@@ -59,12 +62,54 @@ def test_cpsat_refuses_a_fractional_row_rather_than_rounding_it():
         solve_binary(1, [({0: 0.5}, 0.0, 1.0)], [1.0], [], 30, solver="cpsat")
 
 
-def test_auto_is_cpsat_when_installed_else_highs(monkeypatch):
-    assert resolve("auto") == "cpsat"
+def test_auto_is_the_portfolio_when_or_tools_is_installed_else_highs(monkeypatch):
+    assert resolve("auto") == "portfolio"
     assert resolve("highs") == "highs"
     monkeypatch.setattr(ilp_solvers, "cpsat_installed", lambda: False)
     assert resolve("auto") == "highs"
-    with pytest.raises(ValueError, match=r"pip install 'jhub-gpubooking\[cpsat\]'"):
-        resolve("cpsat")
+    for solver in ("cpsat", "portfolio"):
+        with pytest.raises(ValueError, match=r"pip install 'jhub-gpubooking\[cpsat\]'"):
+            resolve(solver)
     with pytest.raises(ValueError, match="unknown solver 'gurobi'"):
         resolve("gurobi")
+
+
+def test_the_portfolio_ends_cp_sats_search_when_highs_proves_first(monkeypatch):
+    searching, stopped = threading.Event(), threading.Event()
+
+    class Engine:
+        def stop_search(self):
+            stopped.set()
+
+    def cpsat(columns, rows, cost, at_least, time_limit, stop):
+        assert stop.attach(Engine())
+        searching.set()
+        assert stopped.wait(30), "HiGHS's proof did not end CP-SAT's search"
+        return ilp_solvers.Solution("unknown", None, None, None, "cpsat")
+
+    proof = ilp_solvers.Solution("infeasible", None, None, None, "highs")
+
+    def highs(*args):
+        assert searching.wait(30)
+        return proof
+
+    monkeypatch.setattr(ilp_solvers, "_cpsat", cpsat)
+    monkeypatch.setattr(ilp_solvers, "_highs", highs)
+    assert solve_binary(**KNAPSACK, at_least=[], time_limit=30, solver="portfolio") == proof
+
+
+def test_a_search_stopped_before_it_began_does_not_start():
+    stop = ilp_solvers._Stop()
+    stop.stop()
+    assert not stop.attach(object())
+
+
+def test_without_a_proof_the_portfolio_takes_the_better_solution(monkeypatch):
+    worse = ilp_solvers.Solution("feasible", [1.0, 0.0, 0.0], -2.0, -6.0, "highs")
+    better = ilp_solvers.Solution("feasible", [1.0, 0.0, 1.0], -6.0, -7.0, "cpsat")
+    monkeypatch.setattr(ilp_solvers, "_highs", lambda *args: worse)
+    monkeypatch.setattr(ilp_solvers, "_cpsat", lambda *args: better)
+    assert solve_binary(**KNAPSACK, at_least=[], time_limit=30, solver="portfolio") == better
+    monkeypatch.setattr(ilp_solvers, "_cpsat",
+                        lambda *args: ilp_solvers.Solution("unknown", None, None, None, "cpsat"))
+    assert solve_binary(**KNAPSACK, at_least=[], time_limit=30, solver="portfolio") == worse
