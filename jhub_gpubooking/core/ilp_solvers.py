@@ -21,6 +21,7 @@ the spawner) loads neither.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -52,8 +53,10 @@ class Solution:
         return self.x is not None
 
 
+@functools.cache
 def cpsat_installed() -> bool:
-    """True when OR-Tools (CP-SAT) can be imported."""
+    """True when OR-Tools (CP-SAT) can be imported. Asked once per process: "auto" resolves at
+    every exact step, under the pool's lock, and a failed import searches the whole path."""
     try:
         import ortools.sat.python.cp_model  # noqa: F401
     except ImportError:
