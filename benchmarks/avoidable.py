@@ -2,10 +2,11 @@
 
 A fragmentation refusal that is not blocked by started bookings (it would fit with every
 upcoming booking gone) *may* be avoidable, but the upcoming bookings may need the room
-themselves. Deciding it is a feasibility ILP (:func:`.trace_optimum.fits_with_moves`; CP-SAT
-when installed, else HiGHS): every upcoming booking lying within ``LONGEST_BOOKING`` of the
-request may go to any GPUs of its pool (its amount, times and one node kept), everything else
-stays, and the request must fit too. That window is the one the replay's re-placing search may move bookings in, so both
+themselves. Deciding it is a feasibility ILP (:func:`.trace_optimum.fits_with_moves`, with the
+service's default solver: HiGHS and CP-SAT at once when OR-Tools is installed, else HiGHS):
+every upcoming booking lying within ``LONGEST_BOOKING`` of the request may go to any GPUs of
+its pool (its amount, times and one node kept), everything else stays, and the request must
+fit too. That window is the one the replay's re-placing search may move bookings in, so both
 answer the same question: a feasible ILP is a refusal the search should have avoided.
 
 The lab trace decides every such refusal of its target replay (or a seeded random sample, with

@@ -1,4 +1,4 @@
-"""Re-placing upcoming bookings exactly: an integer program, solved by CP-SAT or HiGHS.
+"""Re-placing upcoming bookings exactly: an integer program, solved by HiGHS, CP-SAT or both.
 
 :mod:`.replacement`'s chain and repack are bounded on a large pool, so they can refuse a
 request that some re-placement of the upcoming bookings would let in. This module decides
@@ -20,9 +20,9 @@ avoidable refusals build on too (:func:`build_model`):
 :func:`place_exactly` fixes every ``a`` to 1 and minimises the bookings that leave their GPUs
 (a time-limited incumbent is taken as it is), then checks the answer with the core's own audit
 (:func:`.placement.overbooked_instants`, :func:`.placement.maintenance_collisions`) before
-returning it. The solver (:mod:`.ilp_solvers`: CP-SAT when OR-Tools is installed, else HiGHS
-from scipy) is imported only when a model is solved, so importing this module (the Hub
-imports the spawner, which imports the core) imports neither.
+returning it. The solver (:mod:`.ilp_solvers`: by default HiGHS and CP-SAT at once when
+OR-Tools is installed, else HiGHS from scipy) is imported only when a model is solved, so
+importing this module (the Hub imports the spawner, which imports the core) imports neither.
 """
 
 from __future__ import annotations
@@ -248,9 +248,9 @@ def place_exactly(
     """Place ``amount`` GPUs for [start, end), moving bookings of ``movable`` (each keeping
     its slices, GPU count, times and one node) as few as the solver finds within ``time_limit``
     seconds (``solver``: see :mod:`.ilp_solvers`); ``staying`` bookings and ``maintenance``
-    keep their capacity. None when the
-    program is infeasible or no solution was found in time. The answer is audited before it
-    is returned (a finding raises: it would be a bug in the model)."""
+    keep their capacity. None when the program is infeasible or no solution was found in time.
+    The answer is audited before it is returned (a finding raises: it would be a bug in the
+    model)."""
     start, end = as_utc(start), as_utc(end)
     gpus = set(pool.gpu_keys)
     # a booking on GPUs the pool no longer has (a node taken out of config) stays put

@@ -260,7 +260,7 @@ class GPUBookingService(Application):
 
     @validate("exact_move_solver")
     def _exact_move_solver_installed(self, proposal) -> str:
-        resolve_solver(proposal["value"])  # 'cpsat' without OR-Tools: say how to install it
+        resolve_solver(proposal["value"])  # CP-SAT without OR-Tools: say how to install it
         return proposal["value"]
 
     spawner_services = List(
