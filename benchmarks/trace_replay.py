@@ -59,14 +59,16 @@ def best_fit(pool, existing, start, end, amount, now) -> tuple[Placement, Moves]
     return placing.place(pool, existing, start, end, amount), ()
 
 
-def re_placing(pool, existing, start, end, amount, now) -> tuple[Placement, Moves]:
+def re_placing(pool, existing, start, end, amount, now, *,
+               solver: str = "auto") -> tuple[Placement, Moves]:
     """:func:`jhub_gpubooking.core.replacement.place_or_move`: best fit, else move upcoming
-    bookings, with the service's default time for its exact last resort. ``existing`` holds
-    every live booking within :data:`LONGEST_BOOKING` of the request, so it is complete for
-    every booking that may move (``known``)."""
+    bookings, with the service's default time for its exact last resort (and its default
+    solver unless ``solver`` names one, see :mod:`jhub_gpubooking.core.ilp_solvers`).
+    ``existing`` holds every live booking within :data:`LONGEST_BOOKING` of the request, so
+    it is complete for every booking that may move (``known``)."""
     found = place_or_move(pool, existing, start, end, amount, now,
                           known=(start - LONGEST_BOOKING, end + LONGEST_BOOKING),
-                          exact_seconds=exact_moves.DEFAULT_SECONDS)
+                          exact_seconds=exact_moves.DEFAULT_SECONDS, exact_solver=solver)
     return found.placement, tuple((move.booking.id, move.placement) for move in found.moves)
 
 

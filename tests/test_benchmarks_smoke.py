@@ -131,6 +131,35 @@ def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
             admitted / optimum["optimum_gpu_hours"])
 
 
+def test_exact_step_records_every_exact_step_of_each_solvers_replay(tmp_path):
+    output, results = run_script("exact_step", tmp_path, "--solvers", "highs,portfolio")
+
+    assert "| solver " in output and "| portfolio " in output
+    assert results["solvers"] == ["highs", "portfolio"]
+    for measured in results["results"]:
+        steps = measured["steps"]
+        assert steps["calls"] > 0 and sum(steps["statuses"].values()) == steps["calls"]
+        assert set(steps["statuses"]) <= {"optimal", "feasible", "infeasible", "unknown",
+                                          "no program"}
+        assert steps["ran_out"] == (steps["ran_out_with_solution"]
+                                    + steps["ran_out_without_solution"])
+        assert steps["ran_out_with_solution"] == steps["statuses"].get("feasible", 0)
+        # a step admits only with a re-placement, so never when the program was infeasible
+        assert steps["admitted"] <= steps["calls"] - steps["statuses"].get("infeasible", 0)
+        assert 0 < steps["wall_p50_s"] <= steps["wall_p99_s"] <= steps["wall_max_s"]
+        exact = measured["fragmentation_refusals_exact"]
+        assert exact["checked"] <= exact["not_blocked"]
+        assert measured["fragmentation_refusals_avoidable"] == exact["avoidable"]
+    # the core's own functions are back once the replays are done
+    from benchmarks.exact_step import Steps, recording
+    from jhub_gpubooking.core import exact_moves, replacement
+
+    before = exact_moves.solve_binary, replacement.place_exactly
+    with recording(Steps()):
+        assert exact_moves.solve_binary is not before[0]
+    assert (exact_moves.solve_binary, replacement.place_exactly) == before
+
+
 def test_scaling_prints_latencies_for_both_history_sizes(tmp_path):
     output, results = run_script("scaling", tmp_path)
 
