@@ -20,16 +20,13 @@ avoidable refusals build on too (:func:`build_model`):
 :func:`place_exactly` fixes every ``a`` to 1 and minimises the bookings that leave their GPUs
 (a time-limited incumbent is taken as it is), then checks the answer with the core's own audit
 (:func:`.placement.overbooked_instants`, :func:`.placement.maintenance_collisions`) before
-returning it. On a large instance the request's neighbourhood is tried first
-(:data:`NEIGHBOURHOOD_FROM`): a smaller program, which finds a re-placement sooner when one
-exists near the request. The solver (:mod:`.ilp_solvers`: by default HiGHS and CP-SAT at once when
+returning it. The solver (:mod:`.ilp_solvers`: by default HiGHS and CP-SAT at once when
 OR-Tools is installed, else HiGHS from scipy) is imported only when a model is solved, so
 importing this module (the Hub imports the spawner, which imports the core) imports neither.
 """
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,16 +41,6 @@ from .timegrid import as_utc
 #: Seconds the solver may spend on one create's re-placement by default (the service's
 #: ``GPUBookingService.exact_move_seconds``; the pool's lock is held meanwhile).
 DEFAULT_SECONDS = 1.0
-
-#: Bookings in play above which :func:`place_exactly` tries the request's neighbourhood first.
-#: On the lab trace's hard steps (75-190 bookings in play, 24 GPUs) the whole program often
-#: finds no re-placement within the second while one moving only the neighbourhood finds one
-#: in a fraction of it (docs/benchmarks.md, "The neighbourhood first"). Below it the program
-#: is small enough to be solved whole, and its answer moves the fewest bookings.
-NEIGHBOURHOOD_FROM = 40
-
-#: The least time the whole program gets after the neighbourhood found nothing.
-MIN_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -263,11 +250,7 @@ def place_exactly(
     seconds (``solver``: see :mod:`.ilp_solvers`); ``staying`` bookings and ``maintenance``
     keep their capacity. None when the program is infeasible or no solution was found in time.
     The answer is audited before it is returned (a finding raises: it would be a bug in the
-    model).
-
-    When more than :data:`NEIGHBOURHOOD_FROM` bookings are in play, the program is first
-    solved for half the time with only the request's neighbourhood free to move
-    (:func:`_neighbourhood`); when that finds nothing, the whole program gets the rest."""
+    model)."""
     start, end = as_utc(start), as_utc(end)
     gpus = set(pool.gpu_keys)
     # a booking on GPUs the pool no longer has (a node taken out of config) stays put
@@ -276,24 +259,7 @@ def place_exactly(
     in_play = _in_play(placeable, start, end)
     moving = {id(b) for b in in_play}
     staying = [*staying, *(b for b in movable if id(b) not in moving)]
-    if len(in_play) > NEIGHBOURHOOD_FROM:
-        began = time.perf_counter()
-        near = _neighbourhood(in_play, start, end)
-        if len(near) < len(in_play):
-            close = {id(b) for b in near}
-            found = _place(pool, [*staying, *(b for b in in_play if id(b) not in close)],
-                           near, start, end, amount, maintenance, time_limit / 2, solver)
-            if found is not None:
-                return found
-            time_limit = max(time_limit - (time.perf_counter() - began), MIN_SECONDS)
-    return _place(pool, staying, in_play, start, end, amount, maintenance, time_limit, solver)
-
-
-def _place(pool: Pool, staying: Sequence[Booking], movable: Sequence[Booking],
-           start: datetime, end: datetime, amount: Fraction,
-           maintenance: Sequence[MaintenanceWindow], time_limit: float,
-           solver: str) -> Replacement | None:
-    """:func:`place_exactly` with ``movable`` the bookings free to move (all of them in play)."""
+    movable = in_play
     request = Demand.of_amount(pool, start, end, amount)
     demands = [*(Demand.of_booking(b) for b in movable), request]
     low = min(d.start for d in demands)
@@ -326,16 +292,6 @@ def _place(pool: Pool, staying: Sequence[Booking], movable: Sequence[Booking],
     found = Replacement(placed[len(movable)], moves)
     _audit(pool, staying, movable, found, start, end, amount, maintenance)
     return found
-
-
-def _neighbourhood(in_play: Sequence[Booking], start: datetime,
-                   end: datetime) -> list[Booking]:
-    """The bookings overlapping the request, and those overlapping one of them: the first two
-    links of the chain :func:`_in_play` follows to its end. Making room for the request moves
-    the first; where they go, the second are in the way."""
-    first = [b for b in in_play if b.overlaps(start, end)]
-    return [b for b in in_play
-            if b.overlaps(start, end) or any(b.overlaps(f.start, f.end) for f in first)]
 
 
 def _in_play(movable: Sequence[Booking], start: datetime, end: datetime) -> list[Booking]:

@@ -75,20 +75,6 @@ def program_admits(pool, maintenance, bookings, request, solver) -> bool:
 @exact_settings
 @given(scenarios(pools=large_pools, most=40))
 def test_on_large_pools_the_last_resort_admits_whatever_the_program_admits(solver, scenario):
-    assert_the_last_resort_admits_what_the_program_admits(solver, scenario)
-
-
-@exact_settings
-@given(scenarios(pools=large_pools, most=40))
-def test_with_the_neighbourhood_first_the_last_resort_still_admits_what_the_program_admits(
-        scenario):
-    """The neighbourhood tried first on every program (not only above NEIGHBOURHOOD_FROM
-    bookings in play): when it finds nothing, the whole program still decides."""
-    with mock.patch.object(exact_moves, "NEIGHBOURHOOD_FROM", 0):
-        assert_the_last_resort_admits_what_the_program_admits("portfolio", scenario)
-
-
-def assert_the_last_resort_admits_what_the_program_admits(solver, scenario):
     pool, maintenance, bookings, request = scenario
     start, end, amount = request
     # no budget for the bounded chain nor the repack: only best fit and the exact step
@@ -139,58 +125,6 @@ def test_the_last_resort_moves_only_what_is_in_the_way(solver):
     assert {move.booking.placement.node for move in found.moves} == {"n0"}
     for move in found.moves:
         assert move.placement.node != "n0" and move.placement.slices == 1
-
-
-def with_a_tail(pool: Pool, bookings: list[Booking]) -> list[Booking]:
-    """``bookings`` and a chain of quarters on n1/0 after them: 4.5-6 overlaps the quarters of
-    3-5 (the request's neighbourhood), 5.5-7 and 6.5-8 only what comes before them."""
-    tail = [Booking(f"t{k}", "p", Fraction(1, 4), hour(4.5 + k), hour(6 + k),
-                    Placement("n1", (0,), 1), id=200 + k)
-            for k in range(3)]
-    return [*bookings, *tail]
-
-
-def test_a_large_program_is_first_solved_for_the_neighbourhood_of_the_request():
-    pool, bookings = fragmented_large_pool()
-    bookings = with_a_tail(pool, bookings)
-    calls = []
-    place = exact_moves._place
-
-    def recorded(pool, staying, movable, *args):
-        calls.append(sorted(b.user for b in movable))
-        return place(pool, staying, movable, *args)
-
-    with mock.patch.object(exact_moves, "_place", recorded):
-        found = place_exactly(pool, [], bookings, hour(3), hour(4), Fraction(8),
-                              time_limit=GENEROUS_SECONDS)
-    assert len(bookings) > exact_moves.NEIGHBOURHOOD_FROM
-    # the two later links of the tail are in play but not in the neighbourhood
-    assert len(calls) == 1 and "t0" in calls[0] and not {"t1", "t2"} & set(calls[0])
-    assert found.placement == Placement("n0", tuple(range(8)), 4)
-    assert len(found.moves) == 8
-
-
-def test_when_the_neighbourhood_finds_nothing_the_whole_program_gets_the_rest_of_the_time():
-    pool, bookings = fragmented_large_pool()
-    bookings = with_a_tail(pool, bookings)
-    limits, sizes = [], []
-    place = exact_moves._place
-
-    def nothing_near(pool, staying, movable, start, end, amount, maintenance, seconds,
-                     solver):
-        limits.append(seconds)
-        sizes.append(len(movable))
-        if len(limits) == 1:
-            return None
-        return place(pool, staying, movable, start, end, amount, maintenance, seconds, solver)
-
-    with mock.patch.object(exact_moves, "_place", nothing_near):
-        found = place_exactly(pool, [], bookings, hour(3), hour(4), Fraction(8),
-                              time_limit=GENEROUS_SECONDS)
-    assert sizes == [len(bookings) - 2, len(bookings)]
-    assert limits[0] == GENEROUS_SECONDS / 2
-    assert GENEROUS_SECONDS / 2 <= limits[1] <= GENEROUS_SECONDS
-    assert found is not None and len(found.moves) == 8
 
 
 def test_the_last_resort_is_skipped_when_only_started_bookings_are_in_the_way():
