@@ -108,7 +108,10 @@ def _portfolio(columns: int, rows: Sequence[Row], cost: Sequence[float],
         if _proved(answer):
             stop.stop()
 
-    thread = threading.Thread(target=highs, name="exact-moves-highs", daemon=True)
+    # not a daemon: a process exiting while HiGHS still searches (CP-SAT proved first) would
+    # abort in C++ ("terminate called without an active exception"); joined at exit instead,
+    # which waits at most the time limit
+    thread = threading.Thread(target=highs, name="exact-moves-highs", daemon=False)
     thread.start()
     cpsat = _cpsat(columns, rows, cost, at_least, time_limit, stop)
     if _proved(cpsat):
