@@ -10,7 +10,8 @@ import platform
 import statistics
 import sys
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +29,25 @@ MEASURED_PACKAGES = (
 
 #: The PostgreSQL server the benchmarks create throw-away databases on (trust auth).
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+#: The most refusals a ``--tiny`` replay (the smoke test) decides exactly.
+TINY_EXACT_SAMPLE = 5
+
+
+def exact_sample_size(requested: int, tiny: bool) -> int:
+    """How many refusals a replay decides exactly: ``requested`` (0: all), at most
+    :data:`TINY_EXACT_SAMPLE` for ``--tiny``, which must take seconds."""
+    return min(requested or TINY_EXACT_SAMPLE, TINY_EXACT_SAMPLE) if tiny else requested
+
+
+def run_jobs(function: Callable[..., Any], jobs: Sequence[tuple], processes: int) -> list[Any]:
+    """``function(*job)`` for every job, in order; in up to ``processes`` separate processes
+    when more than one (replays are CPU-bound Python, so threads would not overlap)."""
+    if processes > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(min(processes, len(jobs))) as pool:
+            return list(pool.map(function, *zip(*jobs)))
+    return [function(*job) for job in jobs]
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -27,14 +27,13 @@ import argparse
 import dataclasses
 import functools
 import time
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from unittest import mock
 
 from jhub_gpubooking.core import exact_moves, ilp_solvers, replacement
 
-from .common import markdown_table, percentile, print_machine, write_json
+from .common import exact_sample_size, markdown_table, percentile, print_machine, run_jobs, write_json
 from .lab_trace import TARGET_REPLAY, exact_refusals, measure
 from .trace_replay import re_placing, replay
 from .tracegen import TraceShape, generate
@@ -160,14 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             parser.error(str(error))
     shape = TraceShape(users=6, weeks=1) if args.tiny else TraceShape()
-    sample = min(args.exact_sample or 5, 5) if args.tiny else args.exact_sample
+    sample = exact_sample_size(args.exact_sample, args.tiny)
     jobs = [(name, shape, args.seed, sample, args.exact_seconds) for name in solvers]
     print_machine()
-    if args.jobs > 1:
-        with ProcessPoolExecutor(min(args.jobs, len(jobs))) as pool:
-            results = list(pool.map(replay_with, *zip(*jobs)))
-    else:
-        results = [replay_with(*job) for job in jobs]
+    results = run_jobs(replay_with, jobs, args.jobs)
     print(f"\nSeed {args.seed}, {TARGET_REPLAY.name}, one replay per solver:\n")
     print_results(results)
     write_json(args.json, {"seed": args.seed, "solvers": solvers, "results": results})

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import math
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from fractions import Fraction
 
@@ -59,7 +58,7 @@ from jhub_gpubooking.core.model import Pool, format_amount
 from jhub_gpubooking.core.policy import gpu_hours
 
 from .avoidable import classify_refusals
-from .common import markdown_table, print_machine, write_json
+from .common import exact_sample_size, markdown_table, print_machine, run_jobs, write_json
 from .trace_optimum import optimum_report
 from .trace_replay import (
     PATIENCE,
@@ -440,13 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     print_machine()
     by_seed: dict[int, dict[str, float]] = {}
     first: dict = {}
-    sample = min(args.exact_sample or 5, 5) if args.tiny else args.exact_sample
+    sample = exact_sample_size(args.exact_sample, args.tiny)
     jobs = [(shape, seed, seed == seeds[0], sample, args.exact_seconds) for seed in seeds]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(min(args.jobs, len(seeds))) as pool:
-            all_results = list(pool.map(replay_seed, *zip(*jobs)))
-    else:
-        all_results = [replay_seed(*job) for job in jobs]
+    all_results = run_jobs(replay_seed, jobs, args.jobs)
     exact: dict[int, dict] = {}
     for seed, results in zip(seeds, all_results):
         trace = generate(shape, seed=seed)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common import median_ci
+from benchmarks.common import exact_sample_size, median_ci, run_jobs
 from benchmarks.lab_trace import TARGETS, jain_index, reused_gpu_hours
 from benchmarks.trace_replay import Outcome, classify_refusal, first_fit
 from benchmarks.tracegen import TraceShape, generate
@@ -292,6 +292,16 @@ def test_median_ci_takes_the_exact_order_statistics():
     assert median_ci([3, 1, 2, 6, 5, 4]) == (1, 6, pytest.approx(1 - 2 / 64))
     assert median_ci([3, 1, 2, 5, 4]) == (1, 5, pytest.approx(1 - 2 / 32))
     assert median_ci([7]) == (7, 7, 0.0)
+
+
+def test_a_tiny_replay_decides_at_most_five_refusals_exactly():
+    assert [exact_sample_size(n, tiny=True) for n in (0, 3, 5, 40)] == [5, 3, 5, 5]
+    assert [exact_sample_size(n, tiny=False) for n in (0, 3, 40)] == [0, 3, 40]
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_run_jobs_answers_in_the_jobs_order_in_one_process_or_several(processes):
+    assert run_jobs(divmod, [(7, 2), (9, 4), (5, 5)], processes) == [(3, 1), (2, 1), (1, 0)]
 
 
 # ---------------------------------------------------------------- the simulator's measures
