@@ -108,9 +108,10 @@ def _portfolio(columns: int, rows: Sequence[Row], cost: Sequence[float],
         if _proved(answer):
             stop.stop()
 
-    # not a daemon: a process exiting while HiGHS still searches (CP-SAT proved first) would
-    # abort in C++ ("terminate called without an active exception"); joined at exit instead,
-    # which waits at most the time limit
+    # not a daemon: a process that exits while HiGHS still searches (CP-SAT proved first) joins
+    # it, at most the time limit, rather than tearing down under a running C++ search. A daemon
+    # thread was suspected of one abort at exit in CI ("terminate called without an active
+    # exception"); that abort was not reproduced with either (docs/benchmarks.md)
     thread = threading.Thread(target=highs, name="exact-moves-highs", daemon=False)
     thread.start()
     cpsat = _cpsat(columns, rows, cost, at_least, time_limit, stop)
