@@ -4,7 +4,11 @@ optimum, the bounds of each row kept), and the choice between them says what is 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +117,39 @@ def test_without_a_proof_the_portfolio_takes_the_better_solution(monkeypatch):
     monkeypatch.setattr(ilp_solvers, "_cpsat",
                         lambda *args: ilp_solvers.Solution("unknown", None, None, None, "cpsat"))
     assert solve_binary(**KNAPSACK, at_least=[], time_limit=30, solver="portfolio") == worse
+
+
+#: A process whose CP-SAT "proves" at once while HiGHS still searches a market-split program
+#: (four equality rows of random weights over 40 binaries: no proof within the 1 s limit), then
+#: exits: HiGHS's end is printed by the wrapper, so the output tells whether exit waited for it.
+EXIT_WHILE_HIGHS_SEARCHES = textwrap.dedent("""
+    import random
+    from jhub_gpubooking.core import ilp_solvers
+    proof = ilp_solvers.Solution("infeasible", None, None, None, "cpsat")
+    ilp_solvers._cpsat = lambda *args: proof
+    search = ilp_solvers._highs
+    def highs(*args):
+        answer = search(*args)
+        print("highs finished:", answer.status, flush=True)
+        return answer
+    ilp_solvers._highs = highs
+    rng = random.Random(7)
+    rows = []
+    for _ in range(4):
+        weights = {c: float(rng.randrange(100)) for c in range(40)}
+        half = float(sum(weights.values()) // 2)
+        rows.append((weights, half, half))
+    answer = ilp_solvers.solve_binary(40, rows, [0.0] * 40, [], 1.0, solver="portfolio")
+    print("portfolio answered:", answer.solver, flush=True)
+""")
+
+
+def test_a_process_exiting_while_highs_searches_waits_for_it():
+    # the HiGHS thread is not a daemon: exit joins it instead of tearing down under its search
+    completed = subprocess.run([sys.executable, "-c", EXIT_WHILE_HIGHS_SEARCHES],
+                               cwd=Path(__file__).parents[2], capture_output=True, text=True,
+                               timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    answered, finished = completed.stdout.splitlines()
+    assert answered == "portfolio answered: cpsat"
+    assert finished.startswith("highs finished:")
