@@ -18,6 +18,7 @@ from ..core.errors import Conflict, NoCapacity, PolicyViolation
 from ..core.model import Booking, format_amount, parse_amount
 from ..core.opportunistic import PREEMPTED, grant_interval, preemption_plan
 from .convert import booking_from_row
+from .creates import NewBooking, created
 from .lifecycle import BookingLifecycle
 from .models import BookingRow
 from .store import BookingStore
@@ -123,15 +124,25 @@ class OpportunisticBookings:
         servers the caller stops. Policy is checked before capacity, so a booking the policy
         refuses never preempts anything.
         """
+        new, preempted = self.new_preempting(user, pool, gpus, start, end, **options)
+        (outcome,) = self.store.create_all([new])
+        return created(outcome), preempted
+
+    def new_preempting(
+        self, user: str, pool: str, gpus: Any, start: datetime, end: datetime, **options: Any
+    ) -> tuple[NewBooking, list[Booking]]:
+        """The create of :meth:`create_preempting`, checked, for ``store.create_all``, and the
+        list that holds the grants it preempted once it is created (meaningless when its
+        outcome is a refusal: what it freed was rolled back)."""
         preempted: list[Booking] = []
 
         def make_room(work: UnitOfWork, request: Booking, now: datetime) -> bool:
             preempted[:] = self.preempt(work, request, now, options.get("actor"))
             return bool(preempted)
 
-        booking = self.store.create(user, pool, _amount(gpus), start, end, make_room=make_room,
-                                    **options)
-        return booking, preempted
+        new = self.store.new_booking(user, pool, _amount(gpus), start, end, make_room=make_room,
+                                     **options)
+        return new, preempted
 
     def preempt(
         self, work: UnitOfWork, request: Booking, now: datetime, actor: str | None

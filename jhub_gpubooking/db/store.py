@@ -8,10 +8,9 @@ synchronous; the service runs it in an executor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import select
@@ -21,14 +20,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..core import placement as placing
 from ..core import policy as booking_policy
 from ..core.clock import Clock, SystemClock
-from ..core.errors import BookingError, Conflict, InvalidRequest, NoCapacity, NotFound
+from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
 from ..core.exact_moves import DEFAULT_SECONDS as DEFAULT_EXACT_SECONDS
-from ..core.model import Booking, BookingState, MaintenanceWindow, Pool, checked_text, parse_amount
-from ..core.next_free import naming_next_free
+from ..core.model import Booking, BookingState, MaintenanceWindow, Pool, checked_text
 from ..core.timegrid import as_utc, floor_to_grid, format_time, is_on_grid
+from . import creates
 from .convert import BookingEvent, booking_from_row, event_from_row, maintenance_from_row, pool_config
+from .creates import MakeRoom, NewBooking
 from .models import BookingEventRow, BookingRow, MaintenanceWindowRow, PoolRow
-from .next_free import earliest_free
 from .queries import overlapping, page, state_filter
 from .session import write_transaction
 from .unit_of_work import BookingChecks, UnitOfWork, clock_time
@@ -207,7 +206,7 @@ class BookingStore:
         groups: Any = (),
         is_admin: bool = False,
         actor: str | None = None,
-        make_room: Callable[[UnitOfWork, Booking, datetime], bool] | None = None,
+        make_room: MakeRoom | None = None,
     ) -> Booking:
         """Book ``gpus`` of ``pool`` for [start, end) or raise the refusal a user would see.
 
@@ -216,33 +215,21 @@ class BookingStore:
         One transaction: if the booking still does not fit, what it freed is rolled back, and
         the refusal names the earliest free interval of the same length from ``start`` on.
         """
-        pool_spec = self.pool(pool)
-        amount = gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
-        start, end, now = as_utc(start), as_utc(end), self.now()
-        self.check_interval(start, end, now)
-        pool_spec.amount_to_slices(amount)
-        checked_text(note, "note")
-        request = Booking(
-            user=user,
-            pool=pool,
-            amount=amount,
-            start=start,
-            end=end,
-            note=note,
-            groups=tuple(sorted(groups)),
-        )
-        try:
-            with self.unit_of_work(self.pools_for_rules(pool, groups, is_admin)) as work:
-                try:
-                    return work.place(request, groups, is_admin, now, actor or user)
-                except NoCapacity:
-                    if make_room is None or not make_room(work, request, now):
-                        raise
-                    return work.place(request, groups, is_admin, now, actor or user)
-        except NoCapacity as refused:
-            # searched after the rollback, so the pool's lock is not held for the search
-            found = earliest_free(self, pool_spec, amount, end - start, start, groups, is_admin)
-            raise naming_next_free(refused, found) from None
+        new = self.new_booking(user, pool, gpus, start, end, note=note, groups=groups,
+                               is_admin=is_admin, actor=actor, make_room=make_room)
+        (outcome,) = self.create_all([new])
+        return creates.created(outcome)
+
+    def new_booking(self, user: str, pool: str, gpus: Any, start: datetime, end: datetime,
+                    **options: Any) -> NewBooking:
+        """A create as :meth:`create` takes it, checked without the database, for
+        :meth:`create_all` (see :func:`.creates.prepare`)."""
+        return creates.prepare(self, user, pool, gpus, start, end, **options)
+
+    def create_all(self, new: Sequence[NewBooking]) -> list[Booking | Exception]:
+        """Create the bookings ``new`` in one transaction, each refused or failed on its own:
+        see :func:`.creates.create_all`."""
+        return creates.create_all(self, new)
 
     def get(self, booking_id: int) -> Booking:
         with self.read_transaction() as session:

@@ -239,13 +239,24 @@ class UnitOfWork(BookingChecks):
         """An ORM session in this transaction, made when first asked for: a create sends only
         Core statements (through :meth:`rows`) and never needs one."""
         if self._session is None:
-            self._session = self._make_session(bind=self._connection)
+            # the transaction is the unit of work's: the session never commits it, nor makes
+            # a savepoint of its own when it is made inside one of create_all's
+            self._session = self._make_session(bind=self._connection,
+                                               join_transaction_mode="rollback_only")
         return self._session
 
     def rows(self) -> Connection:
         if self._session is not None:
             self._session.flush()
         return self._connection
+
+    def forget_session(self) -> None:
+        """Drop the ORM session without ending the transaction: after a savepoint was rolled
+        back its rows may hold changes the database no longer has; the next use of
+        :attr:`session` makes a fresh one."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
     def close(self) -> None:
         """Detach what the session loaded (its rows stay readable); after the transaction."""

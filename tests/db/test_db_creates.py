@@ -1,0 +1,156 @@
+"""Creates written together (``BookingStore.create_all``), on every backend: one transaction,
+each create refused or failed on its own, none half-done."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from db_test_times import at
+from sqlalchemy import event, func, select
+
+from jhub_gpubooking.core.errors import NoCapacity, PolicyViolation
+from jhub_gpubooking.core.model import Booking, Placement
+from jhub_gpubooking.db.models import BookingEventRow, BookingRow
+
+
+class Broken(Exception):
+    """An unexpected error inside one create."""
+
+
+def stored(store) -> list[tuple[str, int, int]]:
+    """(user, start hour, end hour) of every stored booking, and how many events exist."""
+    with store.read_transaction() as session:
+        rows = session.execute(select(BookingRow).order_by(BookingRow.id)).scalars().all()
+        return [(row.user, row.start.hour, row.end.hour) for row in rows]
+
+
+def event_count(store) -> int:
+    with store.read_transaction() as session:
+        return session.scalar(select(func.count()).select_from(BookingEventRow))
+
+
+def statements(store) -> list[str]:
+    sent: list[str] = []
+    engine = store._session_factory.kw["bind"]
+    event.listen(engine, "before_cursor_execute",
+                 lambda _c, _cursor, sql, *_rest: sent.append(sql.split()[0].upper()))
+    return sent
+
+
+def test_creates_written_together_are_each_stored_with_their_event(store):
+    new = [store.new_booking(user, "t4", "1/4", at(11), at(12)) for user in ("ada", "bob")]
+    new.append(store.new_booking("carol", "a100", 2, at(12), at(14), note="training"))
+
+    outcomes = store.create_all(new)
+
+    assert [type(outcome) for outcome in outcomes] == [Booking] * 3
+    assert [(b.user, b.pool, b.amount, b.note) for b in outcomes] == [
+        ("ada", "t4", Fraction(1, 4), ""), ("bob", "t4", Fraction(1, 4), ""),
+        ("carol", "a100", Fraction(2), "training"),
+    ]
+    # the second quarter goes beside the first, as it would one create after the other
+    assert outcomes[0].placement == outcomes[1].placement == Placement("node-c", (0,), 1)
+    for booking in outcomes:
+        assert store.get(booking.id) == booking
+        assert [e.kind for e in store.history(booking.id)] == ["created"]
+
+
+def test_a_refused_create_among_others_undoes_only_its_own(store):
+    store.create("dan", "t4", 1, at(11), at(12))  # one of node-c's two GPUs
+    new = [
+        store.new_booking("ada", "t4", "1/2", at(11), at(12)),
+        store.new_booking("bob", "t4", 2, at(11), at(12)),  # only one GPU is left
+        store.new_booking("carol", "t4", "1/2", at(11), at(12)),
+    ]
+
+    ada, bob, carol = store.create_all(new)
+
+    assert isinstance(ada, Booking) and isinstance(carol, Booking)
+    assert isinstance(bob, NoCapacity)
+    # its refusal names the next free slot, searched after the transaction as for one create
+    assert bob.next_free == (at(12), at(13))
+    assert "The earliest free time of the same length is" in bob.message
+    assert stored(store) == [("dan", 11, 12), ("ada", 11, 12), ("carol", 11, 12)]
+    assert event_count(store) == 3
+
+
+def test_a_policy_refusal_among_others_is_that_create_s_outcome(make_store):
+    store = make_store(default_policy={"max_gpus": 1})
+    ada, bob = store.create_all([store.new_booking("ada", "a100", 2, at(11), at(12)),
+                                 store.new_booking("bob", "a100", 1, at(11), at(12))])
+    assert isinstance(ada, PolicyViolation)
+    assert isinstance(bob, Booking)
+    assert stored(store) == [("bob", 11, 12)]
+
+
+def test_what_a_refused_create_freed_is_rolled_back_and_not_seen_by_the_next(store):
+    other = store.create("dan", "t4", "1/4", at(14), at(15), note="kept")
+    store.create("erin", "t4", 2, at(11), at(12))  # node-c is full at 11
+    seen = []
+
+    def freeing_nothing(work, request, now):
+        # changes a row through the session, then the booking still does not fit
+        work.session.get(BookingRow, other.id).note = "changed by a refused create"
+        return True
+
+    def reading(work, request, now):
+        seen.append(work.session.get(BookingRow, other.id).note)
+        return False
+
+    outcomes = store.create_all([
+        store.new_booking("ada", "t4", 1, at(11), at(12), make_room=freeing_nothing),
+        store.new_booking("bob", "t4", 1, at(11), at(12), make_room=reading),
+        store.new_booking("carol", "t4", 1, at(12), at(13)),
+    ])
+
+    assert [type(outcome) for outcome in outcomes] == [NoCapacity, NoCapacity, Booking]
+    # the second create's session is a fresh one: it reads the row as the database has it
+    assert seen == ["kept"]
+    assert store.get(other.id).note == "kept"
+    assert [user for user, *_ in stored(store)] == ["dan", "erin", "carol"]
+
+
+def test_an_unexpected_error_in_one_create_is_its_outcome_and_the_others_are_stored(store):
+    store.create("erin", "t4", 2, at(11), at(12))
+
+    def broken(work, request, now):
+        work.place(Booking(user="ghost", pool="t4", amount=Fraction(1), start=at(13),
+                           end=at(14)), (), True, now, "ghost")
+        raise Broken("a bug")
+
+    ada, bob = store.create_all([
+        store.new_booking("ada", "t4", 1, at(11), at(12), make_room=broken),
+        store.new_booking("bob", "t4", 1, at(12), at(13)),
+    ])
+
+    assert isinstance(ada, Broken)
+    assert isinstance(bob, Booking)
+    assert [user for user, *_ in stored(store)] == ["erin", "bob"]  # no "ghost"
+
+
+def test_a_failed_transaction_raises_and_stores_none_of_them(store):
+    engine = store._session_factory.kw["bind"]
+
+    def refuse_commit(connection):
+        raise Broken("the commit failed")
+
+    event.listen(engine, "commit", refuse_commit)
+    new = [store.new_booking(user, "t4", "1/4", at(11), at(12)) for user in ("ada", "bob")]
+    with pytest.raises(Broken):
+        store.create_all(new)
+    event.remove(engine, "commit", refuse_commit)
+    assert stored(store) == []
+    assert event_count(store) == 0
+
+
+def test_one_create_takes_no_savepoint_and_several_one_each(store):
+    sent = statements(store)
+    store.create("ada", "t4", "1/4", at(11), at(12))
+    assert "SAVEPOINT" not in sent
+
+    sent.clear()
+    store.create_all([store.new_booking(user, "t4", "1/4", at(12), at(13))
+                      for user in ("ada", "bob", "carol")])
+    assert sent.count("SAVEPOINT") == 3
+    assert sent.count("RELEASE") == 3
