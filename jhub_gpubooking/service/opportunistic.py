@@ -2,7 +2,8 @@
 
 Every booking the API creates goes through :meth:`Opportunistic.create_booking`, which ends
 grants standing in a booking's way and stops their servers through the Hub API (with the
-lifecycle's stop); the user sees why in their notices.
+lifecycle's stop); the user sees why in their notices. Its creates queue for the database
+together (:mod:`.create_queue`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..core.timegrid import format_time
 from ..db.opportunistic import OpportunisticBookings
 from .api import APIHandler
 from .base import refusal
+from .create_queue import CreateQueue
 
 
 class Opportunistic(LoggingConfigurable):
@@ -51,6 +53,7 @@ class Opportunistic(LoggingConfigurable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.bookings = OpportunisticBookings(self.store, self.lifecycle.bookings)
+        self.creates = CreateQueue(self.executor, self.store.create_all)
 
     async def grant(
         self, user: str, pool: str, gpus: Any = None, *, groups: Any = (), actor: str | None = None,
@@ -67,11 +70,11 @@ class Opportunistic(LoggingConfigurable):
         )
 
     async def create_booking(self, user: str, pool: str, gpus, start, end, **options) -> Booking:
-        """Create a booking, preempting opportunistic grants that stand in its way."""
-        booking, preempted = await asyncio.get_running_loop().run_in_executor(
-            self.executor,
-            partial(self.bookings.create_preempting, user, pool, gpus, start, end, **options),
-        )
+        """Create a booking, preempting opportunistic grants that stand in its way; written
+        with the creates that queued beside it (:class:`.create_queue.CreateQueue`)."""
+        # checked here, without the database: a refusal of the request itself goes at once
+        new, preempted = self.bookings.new_preempting(user, pool, gpus, start, end, **options)
+        booking = await self.creates.create(new)
         for grant in preempted:
             self.metrics.observe_release("preempted")
             self.log.info(
