@@ -23,6 +23,19 @@ Measured, per database (SQLite in a temporary file, PostgreSQL when the server a
   (no filter, ``limit=10``), once with 10 past bookings and once with ``--history`` past
   bookings of the same user (target: at most 2x).
 
+Then where a create's CPU goes, without HTTP or without the database:
+
+- **request floor**: an authenticated ``GET api/pools`` (no database work) sent the same way,
+  one per exchange: the HTTP parsing, the cached Hub identity, the JSON answer and the
+  harness's own exchange, which a create pays as well;
+- **store create**: ``BookingStore.create`` called in this process (no HTTP, no executor): the
+  database work, from validation to commit (on SQLite the database's own CPU is in it; a
+  server's is not);
+- **store, K per transaction**: ``--together`` creates of different users written by
+  ``BookingStore.create_all`` in one transaction (a savepoint each), against the same creates
+  one transaction each: what the service saves per create when creates queue for the database
+  together (its create queue).
+
 ``--profile N`` prints the N functions of the creates with the most CPU time of their own
 (cProfile, CPU clock), twice: the event loop's thread (HTTP, identity, handler, JSON), where
 the executor's database work shows up as time in ``epoll``'s poll while the loop waits for it,
@@ -52,6 +65,7 @@ from tornado.ioloop import IOLoop
 from tornado.netutil import bind_sockets
 from traitlets.config import PyFileConfigLoader
 
+from jhub_gpubooking.core.model import Booking
 from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
 from jhub_gpubooking.db.models import BookingRow
 from jhub_gpubooking.service.app import GPUBookingService
@@ -73,6 +87,8 @@ USER = "bench-user"
 TOKEN = "bench-user-token"
 POOL = "a100"
 TARGET_LIST_RATIO = 2.0
+#: Creates go to one of this many hours from tomorrow on (the demo's policy books a week ahead)
+CREATE_HOURS = 24 * 5
 #: The listings the booking page and the Hub's spawner ask for (the target applies to them).
 CLIENT_LISTS = ("page (start=now)", "spawner (state=upcoming)")
 
@@ -209,6 +225,57 @@ class ExecutorProfile:
             stats.sort_stats("tottime").print_stats(top)
 
 
+def request_floor(harness: Harness, requests: int) -> float:
+    """Service CPU ms of an authenticated request without database work (``GET api/pools``),
+    one per exchange, as the creates are sent."""
+    used = 0.0
+    for _ in range(requests):
+        seconds, [(status, _)] = harness.serve([("GET", f"{PREFIX}api/pools", None)])
+        if status != 200:
+            raise RuntimeError(f"GET api/pools answered {status}")
+        used += seconds
+    return used * 1000 / requests
+
+
+def store_costs(store, creates: int, together: int, first: datetime) -> dict[str, float]:
+    """CPU ms per create at the store, in this process: ``store.create`` itself, then the
+    same creates of ``together`` different users through ``store.create_all``, one per
+    transaction and ``together`` per transaction (a savepoint each). Every booking is
+    cancelled again, untimed."""
+    def requests() -> list:
+        # within the demo policy's week ahead; each booking is cancelled before its hour recurs
+        return [store.new_booking(f"{USER}-{n % together}", POOL, "1/4",
+                                  first + timedelta(hours=n % CREATE_HOURS),
+                                  first + timedelta(hours=n % CREATE_HOURS + 1))
+                for n in range(creates)]
+
+    def cancel(bookings) -> None:
+        for booking in bookings:
+            store.cancel(booking.id, booking.user)
+
+    costs = {}
+    used = 0.0
+    for new in requests():
+        request = new.request
+        began = time.process_time()
+        booking = store.create(request.user, POOL, request.amount, request.start, request.end)
+        used += time.process_time() - began
+        cancel([booking])
+    costs["store create"] = used * 1000 / creates
+    for name, size in (("one per transaction", 1), (f"{together} per transaction", together)):
+        used = 0.0
+        new = requests()
+        for offset in range(0, creates, size):
+            began = time.process_time()
+            outcomes = store.create_all(new[offset:offset + size])
+            used += time.process_time() - began
+            if not all(isinstance(outcome, Booking) for outcome in outcomes):
+                raise RuntimeError(f"a create was refused: {outcomes}")
+            cancel(outcomes)
+        costs[f"store, {name}"] = used * 1000 / creates
+    return costs
+
+
 def add_history(engine, count: int, now: datetime) -> None:
     """``count`` past quarter-GPU bookings of the user, one a day back from yesterday."""
     rows = []
@@ -226,9 +293,10 @@ def add_history(engine, count: int, now: datetime) -> None:
 
 
 def measure_backend(backend: str, db_urls: dict[str, str], creates: int, history: int,
-                    list_requests: int, profile_top: int) -> dict:
+                    list_requests: int, profile_top: int, together: int) -> dict:
     now = datetime.now(timezone.utc)
-    result: dict = {"backend": backend, "creates": creates, "history": history, "lists": {}}
+    result: dict = {"backend": backend, "creates": creates, "history": history,
+                    "together": together, "lists": {}}
     # creates: each the next hour from tomorrow; the demo's policy allows two bookings at a
     # time, so each create is followed by the cancel that keeps the user within it
     harness = Harness(db_urls["create"])
@@ -243,7 +311,7 @@ def measure_backend(backend: str, db_urls: dict[str, str], creates: int, history
         create_statements = 0
         latencies = []
         for n in range(creates):
-            start = tomorrow + timedelta(hours=n % (24 * 5))
+            start = tomorrow + timedelta(hours=n % CREATE_HOURS)
             body = {"pool": POOL, "gpus": "1/4", "start": format_time(start),
                     "end": format_time(start + timedelta(hours=1))}
             began = time.perf_counter()
@@ -265,6 +333,9 @@ def measure_backend(backend: str, db_urls: dict[str, str], creates: int, history
         result["create_cpu_ms"] = create_seconds * 1000 / creates
         result["cancel_cpu_ms"] = cancel_seconds * 1000 / creates
         result["create_statements"] = create_statements / creates
+        result["request_floor_cpu_ms"] = request_floor(harness, creates)
+        result["store_cpu_ms"] = store_costs(harness.service.store, creates, together,
+                                             tomorrow + timedelta(hours=7))
         if profile is not None:
             print(f"{backend}: creates, the event loop's thread")
             pstats.Stats(profile).sort_stats("tottime").print_stats(profile_top)
@@ -307,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print the N functions of the creates with the most CPU time of "
                         "their own (cProfile; the event loop's thread)")
+    parser.add_argument("--together", type=int, default=8, metavar="K",
+                        help="creates per transaction for the group-commit comparison")
     parser.add_argument("--tiny", action="store_true",
                         help="10 creates, 200 past bookings, 10 lists, SQLite only")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -327,13 +400,25 @@ def main(argv: list[str] | None = None) -> int:
                 postgres_databases(args.postgres_url, ["create", "small", "large"]))
         for backend, urls in databases.items():
             results.append(measure_backend(backend, urls, args.creates, args.history,
-                                           args.lists, args.profile))
+                                           args.lists, args.profile, args.together))
     print()
     print(markdown_table(
         ["backend", "creates", "service CPU ms/create", "SQL statements/create",
          "service CPU ms/cancel", "create p50 ms"],
         [[r["backend"], r["creates"], r["create_cpu_ms"], r["create_statements"],
           r["cancel_cpu_ms"], r["create_wall_p50_ms"]] for r in results],
+    ))
+    print()
+    print(markdown_table(
+        ["backend", "service CPU ms/create", "request floor ms", "store create ms",
+         "store, one per transaction ms", f"store, {args.together} per transaction ms",
+         "saved per create ms"],
+        [[r["backend"], r["create_cpu_ms"], r["request_floor_cpu_ms"], *(
+            r["store_cpu_ms"][name] for name in
+            ("store create", "store, one per transaction",
+             f"store, {args.together} per transaction")),
+          r["store_cpu_ms"]["store, one per transaction"]
+          - r["store_cpu_ms"][f"store, {args.together} per transaction"]] for r in results],
     ))
     print()
     print(markdown_table(

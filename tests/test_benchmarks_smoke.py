@@ -198,6 +198,13 @@ def test_create_cost_measures_the_services_own_cpu_per_create_and_listing(tmp_pa
     assert "service CPU ms/create" in output and "| sqlite  | spawner (state=upcoming) " in output
     (sqlite,) = results["results"]
     assert sqlite["creates"] == 10 and sqlite["create_cpu_ms"] > 0
+    # where a create's CPU goes: the request without the database, the store without HTTP,
+    # and the store with the creates one per transaction and eight per transaction
+    assert "request floor ms" in output and "store, 8 per transaction ms" in output
+    assert sqlite["request_floor_cpu_ms"] > 0
+    assert set(sqlite["store_cpu_ms"]) == {"store create", "store, one per transaction",
+                                           "store, 8 per transaction"}
+    assert all(cost > 0 for cost in sqlite["store_cpu_ms"].values())
     assert set(sqlite["lists"]) == {"page (start=now)", "spawner (state=upcoming)",
                                     "first page (limit=10)"}
     for cost in sqlite["lists"].values():
