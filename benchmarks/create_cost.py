@@ -32,9 +32,9 @@ Then where a create's CPU goes, without HTTP or without the database:
   database work, from validation to commit (on SQLite the database's own CPU is in it; a
   server's is not);
 - **store, K per transaction**: ``--together`` creates of different users written by
-  ``BookingStore.create_all`` in one transaction (a savepoint each), against the same creates
-  one transaction each: what the service saves per create when creates queue for the database
-  together (its create queue).
+  ``BookingStore.create_all`` in one transaction, against the same creates one transaction
+  each: what the service saves per create when creates queue for the database together (its
+  create queue).
 
 ``--profile N`` prints the N functions of the creates with the most CPU time of their own
 (cProfile, CPU clock), twice: the event loop's thread (HTTP, identity, handler, JSON), where
@@ -240,8 +240,7 @@ def request_floor(harness: Harness, requests: int) -> float:
 def store_costs(store, creates: int, together: int, first: datetime) -> dict[str, float]:
     """CPU ms per create at the store, in this process: ``store.create`` itself, then the
     same creates of ``together`` different users through ``store.create_all``, one per
-    transaction and ``together`` per transaction (a savepoint each). Every booking is
-    cancelled again, untimed."""
+    transaction and ``together`` per transaction. Every booking is cancelled again, untimed."""
     def requests() -> list:
         # within the demo policy's week ahead; each booking is cancelled before its hour recurs
         return [store.new_booking(f"{USER}-{n % together}", POOL, "1/4",

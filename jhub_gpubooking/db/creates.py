@@ -3,16 +3,20 @@
 A create is checked first without the database (:func:`prepare`: the grid, the amount, the
 note, the locks its rules need), then placed in a unit of work (:func:`create_all`). Creates
 that queued while others were in the database are placed together (the service's
-``CreateQueue``): one transaction, so one ``BEGIN IMMEDIATE``, one commit and one executor
-hop for all of them, each create under a savepoint of its own, so a refused one undoes only its
-own changes and the others still commit. Measured with ``benchmarks.create_cost`` (eight per
-transaction against one each): about a third of a create's database CPU.
+``CreateQueue``): one transaction, so one ``BEGIN IMMEDIATE`` or one set of pool locks, one
+commit and one executor hop for all of them, each refused or failing on its own. A create needs
+no savepoint for that: ``UnitOfWork.place`` refuses before it writes anything. Only freeing
+room (preempting grants) writes before the booking may still be refused, so that part runs
+under a savepoint; and an unexpected error rolls the whole transaction back and the creates are
+written again, each under a savepoint, so the error stays with the create that met it.
+Measured with ``benchmarks.create_cost``: eight per transaction cost a third less database CPU
+per create than one each; a savepoint per create costs PostgreSQL two round trips.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -28,8 +32,9 @@ if TYPE_CHECKING:
     from .unit_of_work import UnitOfWork
 
 #: ``make_room(work, request, now)``: frees capacity for ``request`` in ``work`` when its pool
-#: is full (True when it freed some); see :meth:`.store.BookingStore.create`.
-MakeRoom = Callable[["UnitOfWork", Booking, datetime], bool]
+#: is full and returns the bookings it changed to do so (none: nothing freed); see
+#: :meth:`.store.BookingStore.create`.
+MakeRoom = Callable[["UnitOfWork", Booking, datetime], list[Booking]]
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,8 @@ class NewBooking:
     actor: str
     now: datetime
     make_room: MakeRoom | None = None
+    #: what ``make_room`` freed for the booking as created (empty until then, or when refused)
+    freed: list[Booking] = field(default_factory=list)
 
 
 def prepare(store: BookingStore, user: str, pool: str, gpus: Any, start: datetime,
@@ -69,21 +76,31 @@ def create_all(store: BookingStore, creates: Sequence[NewBooking]) -> list[Booki
     slot), or the unexpected error that create met (its own changes rolled back).
 
     Raises when the transaction as a whole fails (the database is unavailable, the commit
-    fails): then none of them was created. Several creates each get a savepoint, so one's
-    refusal or error rolls back its own changes only; a single create runs as it always did,
-    without one.
+    fails): then none of them was created. A single create runs as it always did.
     """
-    outcomes: list[Booking | Exception]
     locks = sorted({pool for create in creates for pool in create.locks})
-    try:
-        with store.unit_of_work(locks) as work:
-            if len(creates) == 1:
-                outcomes = [_place(work, creates[0])]
-            else:
-                outcomes = [_place_on_its_own(work, create) for create in creates]
-    except BookingError as refused:  # the one create's refusal; its transaction rolled back
-        outcomes = [refused]
+    if len(creates) == 1:
+        try:
+            outcomes = _write(store, locks, creates, _place)
+        except BookingError as refused:  # its transaction rolled back
+            outcomes = [refused]
+    else:
+        try:
+            outcomes = _write(store, locks, creates, _place_or_refuse)
+        except _MetAnError:
+            # rolled back, nothing was created: again, each under a savepoint of its own
+            outcomes = _write(store, locks, creates, _place_on_its_own)
     return [_with_next_free(store, create, outcome) for create, outcome in zip(creates, outcomes)]
+
+
+class _MetAnError(Exception):
+    """A create of several met an unexpected error outside a savepoint."""
+
+
+def _write(store: BookingStore, locks: list[str], creates: Sequence[NewBooking],
+           place: Callable[[UnitOfWork, NewBooking], Booking | Exception]) -> list:
+    with store.unit_of_work(locks) as work:
+        return [place(work, create) for create in creates]
 
 
 def created(outcome: Booking | Exception) -> Booking:
@@ -106,25 +123,65 @@ def _with_next_free(store: BookingStore, create: NewBooking,
 
 
 def _place(work: UnitOfWork, create: NewBooking) -> Booking:
-    request = create.request
-    groups = request.groups
+    """The create placed, or its refusal raised; ``make_room`` tried when the pool is full."""
+    create.freed.clear()
     try:
-        return work.place(request, groups, create.is_admin, create.now, create.actor)
-    except NoCapacity:
-        if create.make_room is None or not create.make_room(work, request, create.now):
+        return _place_once(work, create)
+    except NoCapacity as refused:
+        if create.make_room is None:
             raise
-        return work.place(request, groups, create.is_admin, create.now, create.actor)
+        return _make_room_and_place(work, create, refused)
+
+
+def _place_once(work: UnitOfWork, create: NewBooking) -> Booking:
+    return work.place(create.request, create.request.groups, create.is_admin, create.now,
+                      create.actor)
+
+
+def _make_room_and_place(work: UnitOfWork, create: NewBooking, refused: NoCapacity) -> Booking:
+    freed = create.make_room(work, create.request, create.now)
+    if not freed:
+        raise refused
+    placed = _place_once(work, create)
+    create.freed[:] = freed
+    return placed
+
+
+def _place_or_refuse(work: UnitOfWork, create: NewBooking) -> Booking | Exception:
+    """One of several creates: its refusal is its outcome. No savepoint: ``place`` refuses
+    before it writes; freeing room writes first, so that part runs under one."""
+    create.freed.clear()
+    try:
+        return _place_once(work, create)
+    except NoCapacity as refused:
+        if create.make_room is None:
+            return refused
+        full = refused
+    except BookingError as refused:
+        return refused
+    except Exception as error:
+        raise _MetAnError from error
+    return _on_a_savepoint(work, create, lambda: _make_room_and_place(work, create, full))
 
 
 def _place_on_its_own(work: UnitOfWork, create: NewBooking) -> Booking | Exception:
+    """One of several creates, all of it under a savepoint."""
+    return _on_a_savepoint(work, create, lambda: _place(work, create))
+
+
+def _on_a_savepoint(work: UnitOfWork, create: NewBooking,
+                    place: Callable[[], Booking]) -> Booking | Exception:
+    """``place()`` under a savepoint: its refusal or error rolls back only what it wrote, and is
+    the create's outcome."""
     savepoint = work.rows().begin_nested()
     try:
-        placed = _place(work, create)
+        placed = place()
         work.rows()  # its ORM changes go out inside its savepoint
     except Exception as error:  # noqa: BLE001 (this create's outcome, the others go on)
         # the session may hold rows as the rolled-back changes left them
         work.forget_session()
         savepoint.rollback()
+        create.freed.clear()
         return error
     savepoint.commit()
     return placed

@@ -124,25 +124,20 @@ class OpportunisticBookings:
         servers the caller stops. Policy is checked before capacity, so a booking the policy
         refuses never preempts anything.
         """
-        new, preempted = self.new_preempting(user, pool, gpus, start, end, **options)
+        new = self.new_preempting(user, pool, gpus, start, end, **options)
         (outcome,) = self.store.create_all([new])
-        return created(outcome), preempted
+        return created(outcome), list(new.freed)
 
     def new_preempting(
         self, user: str, pool: str, gpus: Any, start: datetime, end: datetime, **options: Any
-    ) -> tuple[NewBooking, list[Booking]]:
-        """The create of :meth:`create_preempting`, checked, for ``store.create_all``, and the
-        list that holds the grants it preempted once it is created (meaningless when its
-        outcome is a refusal: what it freed was rolled back)."""
-        preempted: list[Booking] = []
+    ) -> NewBooking:
+        """The create of :meth:`create_preempting`, checked, for ``store.create_all``; once it
+        is created, its ``freed`` holds the grants it preempted."""
+        def make_room(work: UnitOfWork, request: Booking, now: datetime) -> list[Booking]:
+            return self.preempt(work, request, now, options.get("actor"))
 
-        def make_room(work: UnitOfWork, request: Booking, now: datetime) -> bool:
-            preempted[:] = self.preempt(work, request, now, options.get("actor"))
-            return bool(preempted)
-
-        new = self.store.new_booking(user, pool, _amount(gpus), start, end, make_room=make_room,
-                                     **options)
-        return new, preempted
+        return self.store.new_booking(user, pool, _amount(gpus), start, end,
+                                      make_room=make_room, **options)
 
     def preempt(
         self, work: UnitOfWork, request: Booking, now: datetime, actor: str | None

@@ -211,7 +211,8 @@ class BookingStore:
         """Book ``gpus`` of ``pool`` for [start, end) or raise the refusal a user would see.
 
         ``make_room(work, request, now)`` is called when the pool is full, inside the same
-        locked transaction; when it frees capacity (returns True) the booking is placed again.
+        locked transaction; when it frees capacity (returns the bookings it changed) the booking
+        is placed again.
         One transaction: if the booking still does not fit, what it freed is rolled back, and
         the refusal names the earliest free interval of the same length from ``start`` on.
         """

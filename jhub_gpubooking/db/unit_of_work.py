@@ -349,7 +349,11 @@ class UnitOfWork(BookingChecks):
               actor: str | None) -> Booking:
         """Check policy and budgets (not for admins), place ``request`` on the GPUs with the
         least waste and add it; raises the refusal a user would see. Its pool must be locked
-        (and every pool a rule counts across, see ``BookingStore.pools_for_rules``)."""
+        (and every pool a rule counts across, see ``BookingStore.pools_for_rules``).
+
+        A refusal comes before anything is written (the moves and the inserts are the last
+        steps): creates written together rely on it to need no savepoint each
+        (:mod:`.creates`)."""
         if is_admin:
             bookings, windows = self.overlapping(request.pool, request.start, request.end)
         else:

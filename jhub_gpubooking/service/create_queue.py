@@ -4,9 +4,9 @@ A create's database work is short (about a millisecond), and much of it is the t
 around it: a connection from the pool, ``BEGIN IMMEDIATE`` or the pool locks, the commit, the
 hop to an executor thread and back. Creates that need the same locks wait for each other
 anyway (the database serialises them), so while one batch is written the next ones queue here
-and then go in one transaction (``BookingStore.create_all``: a savepoint each, so each is still
-refused or fails on its own). A create that arrives when nothing is being written goes at once,
-alone: under light load nothing waits longer than before.
+and then go in one transaction (``BookingStore.create_all``: each is still refused, or fails,
+on its own). A create that arrives when nothing is being written goes at once, alone: under
+light load nothing waits longer than before.
 """
 
 from __future__ import annotations

@@ -73,8 +73,9 @@ class Opportunistic(LoggingConfigurable):
         """Create a booking, preempting opportunistic grants that stand in its way; written
         with the creates that queued beside it (:class:`.create_queue.CreateQueue`)."""
         # checked here, without the database: a refusal of the request itself goes at once
-        new, preempted = self.bookings.new_preempting(user, pool, gpus, start, end, **options)
+        new = self.bookings.new_preempting(user, pool, gpus, start, end, **options)
         booking = await self.creates.create(new)
+        preempted = list(new.freed)
         for grant in preempted:
             self.metrics.observe_release("preempted")
             self.log.info(

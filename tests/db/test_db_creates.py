@@ -91,12 +91,13 @@ def test_what_a_refused_create_freed_is_rolled_back_and_not_seen_by_the_next(sto
 
     def freeing_nothing(work, request, now):
         # changes a row through the session, then the booking still does not fit
-        work.session.get(BookingRow, other.id).note = "changed by a refused create"
-        return True
+        row = work.session.get(BookingRow, other.id)
+        row.note = "changed by a refused create"
+        return [row]
 
     def reading(work, request, now):
         seen.append(work.session.get(BookingRow, other.id).note)
-        return False
+        return []
 
     outcomes = store.create_all([
         store.new_booking("ada", "t4", 1, at(11), at(12), make_room=freeing_nothing),
@@ -144,7 +145,7 @@ def test_a_failed_transaction_raises_and_stores_none_of_them(store):
     assert event_count(store) == 0
 
 
-def test_one_create_takes_no_savepoint_and_several_one_each(store):
+def test_creates_together_take_a_savepoint_only_to_free_room(store):
     sent = statements(store)
     store.create("ada", "t4", "1/4", at(11), at(12))
     assert "SAVEPOINT" not in sent
@@ -152,5 +153,80 @@ def test_one_create_takes_no_savepoint_and_several_one_each(store):
     sent.clear()
     store.create_all([store.new_booking(user, "t4", "1/4", at(12), at(13))
                       for user in ("ada", "bob", "carol")])
-    assert sent.count("SAVEPOINT") == 3
-    assert sent.count("RELEASE") == 3
+    assert "SAVEPOINT" not in sent  # a refusal comes before a create writes anything
+
+    store.create("erin", "t4", 2, at(14), at(15))
+    blocker = store.create("dan", "t4", "1/4", at(16), at(17))
+    sent.clear()
+
+    def cancel_blocker(work, request, now):
+        row = work.session.get(BookingRow, blocker.id)
+        row.status = "cancelled"
+        return [blocker]
+
+    freeing = store.new_booking("frank", "t4", 2, at(16), at(17), make_room=cancel_blocker)
+    plain = store.new_booking("gina", "t4", "1/4", at(18), at(19))
+    frank, gina = store.create_all([freeing, plain])
+
+    assert isinstance(frank, Booking) and isinstance(gina, Booking)
+    assert sent.count("SAVEPOINT") == 1  # around freeing room and placing frank's booking
+    assert freeing.freed == [blocker] and plain.freed == []
+    assert store.get(blocker.id).status == "cancelled"
+
+
+def test_an_error_outside_a_savepoint_writes_them_again_each_on_its_own(store, monkeypatch):
+    from jhub_gpubooking.db.unit_of_work import UnitOfWork
+
+    place = UnitOfWork.place
+
+    def place_with_a_bug(work, request, *args):
+        if request.user == "ghost":
+            # written, then the bug
+            work.rows().execute(BookingRow.__table__.update().values(note="by the bug"))
+            raise Broken("a bug")
+        return place(work, request, *args)
+
+    monkeypatch.setattr(UnitOfWork, "place", place_with_a_bug)
+    kept = store.create("dan", "t4", "1/4", at(11), at(12))
+    sent = statements(store)
+    ada, ghost, bob = store.create_all([
+        store.new_booking(user, "t4", "1/4", at(12), at(13)) for user in ("ada", "ghost", "bob")
+    ])
+
+    assert isinstance(ada, Booking) and isinstance(bob, Booking)
+    assert isinstance(ghost, Broken)
+    assert "SAVEPOINT" in sent  # the second time, each under a savepoint
+    # what the failing create wrote is gone; the others and what was there before are kept
+    assert [user for user, *_ in stored(store)] == [kept.user, "ada", "bob"]
+    assert {store.get(b.id).note for b in (kept, ada, bob)} == {""}
+
+
+def test_what_was_freed_is_only_reported_for_the_attempt_that_counted(store, monkeypatch):
+    from jhub_gpubooking.db.unit_of_work import UnitOfWork
+
+    store.create("erin", "t4", 2, at(11), at(12))
+    blocker = store.create("dan", "t4", "1/4", at(13), at(14))
+    calls = []
+
+    def frees_only_once(work, request, now):
+        calls.append(1)
+        if len(calls) > 1:
+            return []
+        work.session.get(BookingRow, blocker.id).status = "cancelled"
+        return [blocker]
+
+    place = UnitOfWork.place
+
+    def place_with_a_bug(work, request, *args):
+        if request.user == "ghost":
+            raise Broken("a bug")
+        return place(work, request, *args)
+
+    monkeypatch.setattr(UnitOfWork, "place", place_with_a_bug)
+    freeing = store.new_booking("frank", "t4", 2, at(13), at(14), make_room=frees_only_once)
+    frank, ghost = store.create_all([freeing, store.new_booking("ghost", "t4", 1, at(15), at(16))])
+
+    # written twice: the second time make_room freed nothing, so frank's booking was refused
+    assert isinstance(frank, NoCapacity) and isinstance(ghost, Broken)
+    assert freeing.freed == []
+    assert store.get(blocker.id).status == "booked"

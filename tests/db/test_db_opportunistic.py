@@ -152,7 +152,7 @@ def test_grants_cut_for_a_booking_that_still_does_not_fit_are_rolled_back(store)
 
     def cut_the_grant_only(work, request, now):
         # frees the grant's GPU, but bob's booking still leaves no room for 2 GPUs
-        return bool(lifecycle.preempt(work, request.with_changes(amount=1), now, "carol"))
+        return lifecycle.preempt(work, request.with_changes(amount=1), now, "carol")
 
     with pytest.raises(NoCapacity):
         store.create("carol", "t4", 2, at(10, 15), at(11), make_room=cut_the_grant_only)
