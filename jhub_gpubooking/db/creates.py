@@ -15,6 +15,7 @@ per create than one each; a savepoint per create costs PostgreSQL two round trip
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -70,10 +71,15 @@ def prepare(store: BookingStore, user: str, pool: str, gpus: Any, start: datetim
                       actor or user, now, make_room)
 
 
-def create_all(store: BookingStore, creates: Sequence[NewBooking]) -> list[Booking | Exception]:
+def create_all(store: BookingStore, creates: Sequence[NewBooking],
+               seconds: float | None = None) -> list[Booking | Exception]:
     """Place ``creates`` in one unit of work, in order. Each outcome is the booking as stored,
     the refusal a user would see (a :class:`BookingError`; one for capacity names the next free
     slot), or the unexpected error that create met (its own changes rolled back).
+
+    With ``seconds``, the transaction takes no further create once it has run that long (a
+    create that has to move bookings may take up to a second): the outcomes are then those of
+    the first creates only, at least one, and the rest were not tried.
 
     Raises when the transaction as a whole fails (the database is unavailable, the commit
     fails): then none of them was created. A single create runs as it always did.
@@ -81,15 +87,15 @@ def create_all(store: BookingStore, creates: Sequence[NewBooking]) -> list[Booki
     locks = sorted({pool for create in creates for pool in create.locks})
     if len(creates) == 1:
         try:
-            outcomes = _write(store, locks, creates, _place)
+            outcomes = _write(store, locks, creates, _place, seconds)
         except BookingError as refused:  # its transaction rolled back
             outcomes = [refused]
     else:
         try:
-            outcomes = _write(store, locks, creates, _place_or_refuse)
+            outcomes = _write(store, locks, creates, _place_or_refuse, seconds)
         except _MetAnError:
             # rolled back, nothing was created: again, each under a savepoint of its own
-            outcomes = _write(store, locks, creates, _place_on_its_own)
+            outcomes = _write(store, locks, creates, _place_on_its_own, seconds)
     return [_with_next_free(store, create, outcome) for create, outcome in zip(creates, outcomes)]
 
 
@@ -98,9 +104,16 @@ class _MetAnError(Exception):
 
 
 def _write(store: BookingStore, locks: list[str], creates: Sequence[NewBooking],
-           place: Callable[[UnitOfWork, NewBooking], Booking | Exception]) -> list:
+           place: Callable[[UnitOfWork, NewBooking], Booking | Exception],
+           seconds: float | None) -> list:
+    began = time.monotonic()
+    outcomes = []
     with store.unit_of_work(locks) as work:
-        return [place(work, create) for create in creates]
+        for create in creates:
+            if outcomes and seconds is not None and time.monotonic() - began > seconds:
+                break
+            outcomes.append(place(work, create))
+    return outcomes
 
 
 def created(outcome: Booking | Exception) -> Booking:

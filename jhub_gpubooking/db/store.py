@@ -227,10 +227,11 @@ class BookingStore:
         :meth:`create_all` (see :func:`.creates.prepare`)."""
         return creates.prepare(self, user, pool, gpus, start, end, **options)
 
-    def create_all(self, new: Sequence[NewBooking]) -> list[Booking | Exception]:
-        """Create the bookings ``new`` in one transaction, each refused or failed on its own:
-        see :func:`.creates.create_all`."""
-        return creates.create_all(self, new)
+    def create_all(self, new: Sequence[NewBooking],
+                   seconds: float | None = None) -> list[Booking | Exception]:
+        """Create the bookings ``new`` in one transaction, each refused or failed on its own,
+        taking no further create after ``seconds``: see :func:`.creates.create_all`."""
+        return creates.create_all(self, new, seconds)
 
     def get(self, booking_id: int) -> Booking:
         with self.read_transaction() as session:

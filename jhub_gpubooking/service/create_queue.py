@@ -19,18 +19,25 @@ from functools import partial
 from ..core.model import Booking
 from ..db.creates import NewBooking
 
-#: Most creates written in one transaction: the first of a batch waits for the last, and a
-#: create that has to move bookings may take up to the exact step's second under the lock.
-MAX_CREATES_PER_TRANSACTION = 16
+#: Most creates written in one transaction, and how long one takes further creates: the first
+#: of a batch is answered once the last is written (about a millisecond each; a create that has
+#: to move bookings may take up to the exact step's second), so a batch is kept short. 32 made
+#: create throughput on PostgreSQL reach the Hub's ``GET api/user`` where 16 did not
+#: (docs/benchmarks.md).
+MAX_CREATES_PER_TRANSACTION = 32
+MAX_BATCH_SECONDS = 0.05
 
 Batch = list[tuple[NewBooking, asyncio.Future]]
 
 
 class CreateQueue:
-    """Creates waiting for the database, one queue per set of pools their rules lock."""
+    """Creates waiting for the database, one queue per set of pools their rules lock.
+
+    ``write(creates, seconds)`` writes them in one transaction and answers the outcomes of the
+    first ones, all of them unless it ran out of ``seconds`` (``BookingStore.create_all``)."""
 
     def __init__(self, executor: Executor,
-                 write: Callable[[Sequence[NewBooking]], list[Booking | Exception]],
+                 write: Callable[[Sequence[NewBooking], float], list[Booking | Exception]],
                  limit: int = MAX_CREATES_PER_TRANSACTION):
         self._executor = executor
         self._write = write
@@ -58,7 +65,7 @@ class CreateQueue:
         batch = waiting[:self._limit]
         try:
             done = asyncio.get_running_loop().run_in_executor(
-                self._executor, self._write, [new for new, _ in batch])
+                self._executor, self._write, [new for new, _ in batch], MAX_BATCH_SECONDS)
         except RuntimeError as error:  # the executor is shut down: the service is stopping
             done = asyncio.get_running_loop().create_future()
             done.set_exception(error)
@@ -69,7 +76,9 @@ class CreateQueue:
             outcomes = done.result()
         except BaseException as error:  # the transaction failed: none of them was created
             outcomes = [error] * len(batch)
-        for (_, future), outcome in zip(batch, outcomes):
+        # creates the transaction had no time for stay first in the queue
+        written = batch[:len(outcomes)]
+        for (_, future), outcome in zip(written, outcomes):
             if future.done():  # its request went away
                 continue
             if isinstance(outcome, asyncio.CancelledError):
@@ -78,4 +87,4 @@ class CreateQueue:
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
-        self._write_next(key, batch)
+        self._write_next(key, written)

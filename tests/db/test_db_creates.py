@@ -230,3 +230,11 @@ def test_what_was_freed_is_only_reported_for_the_attempt_that_counted(store, mon
     assert isinstance(frank, NoCapacity) and isinstance(ghost, Broken)
     assert freeing.freed == []
     assert store.get(blocker.id).status == "booked"
+
+
+def test_a_transaction_out_of_time_writes_the_first_creates_only(store):
+    new = [store.new_booking(user, "t4", "1/4", at(11), at(12)) for user in ("ada", "bob")]
+    (ada,) = store.create_all(new, seconds=0)  # at least one, however short the time
+    assert isinstance(ada, Booking)
+    assert stored(store) == [("ada", 11, 12)]
+    assert len(store.create_all(new[1:], seconds=10)) == 1

@@ -15,7 +15,7 @@ from sqlalchemy import event
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.errors import NoCapacity
 from jhub_gpubooking.service.app import GPUBookingService
-from jhub_gpubooking.service.create_queue import CreateQueue
+from jhub_gpubooking.service.create_queue import MAX_BATCH_SECONDS, CreateQueue
 
 NOW = datetime(2030, 1, 7, 10, 5, tzinfo=timezone.utc)
 
@@ -33,12 +33,15 @@ class RecordingWriter:
         self.go = asyncio.Event()
         self.loop = asyncio.get_running_loop()
 
-    def __call__(self, batch):
+    def __call__(self, batch, seconds):
         names = [new.name for new in batch]
         self.batches.append(names)
+        assert seconds == MAX_BATCH_SECONDS
         asyncio.run_coroutine_threadsafe(self.go.wait(), self.loop).result(timeout=10)
         if "broken" in names:
             raise RuntimeError("the transaction failed")
+        if "slow" in names:  # out of time after it: the rest were not tried
+            names = names[:names.index("slow") + 1]
         return [Refused(name) if name == "refused" else f"booking of {name}" for name in names]
 
 
@@ -101,6 +104,21 @@ async def test_a_failed_transaction_fails_its_batch_only(executor):
     assert await queue.create(new("carol")) == "booking of carol"
 
 
+async def test_creates_a_transaction_had_no_time_for_are_written_next_first(executor):
+    writer = RecordingWriter()
+    queue = CreateQueue(executor, writer)
+    first = asyncio.ensure_future(queue.create(new("ada")))
+    await until(lambda: writer.batches)
+    batch = [asyncio.ensure_future(queue.create(new(name))) for name in ("slow", "bob", "eve")]
+    await asyncio.sleep(0.01)
+    later = asyncio.ensure_future(queue.create(new("carol")))
+    await asyncio.sleep(0.01)
+    writer.go.set()
+    assert await asyncio.gather(first, *batch, later) == [
+        f"booking of {name}" for name in ("ada", "slow", "bob", "eve", "carol")]
+    assert writer.batches == [["ada"], ["slow", "bob", "eve", "carol"], ["bob", "eve", "carol"]]
+
+
 async def test_creates_needing_other_locks_are_written_beside_them(executor):
     writer = RecordingWriter()
     queue = CreateQueue(executor, writer)
@@ -128,7 +146,7 @@ async def test_a_create_whose_request_went_away_does_not_stop_the_others(executo
 async def test_a_stopped_executor_fails_the_create_instead_of_hanging():
     executor = ThreadPoolExecutor(1)
     executor.shutdown()
-    queue = CreateQueue(executor, lambda batch: [])
+    queue = CreateQueue(executor, lambda batch, seconds: [])
     with pytest.raises(RuntimeError):
         await asyncio.wait_for(queue.create(new("ada")), timeout=5)
 
