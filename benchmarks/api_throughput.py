@@ -51,6 +51,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 from jupyterhub.utils import url_path_join
+from sqlalchemy.engine import make_url
 
 from demo.launch import Demo, free_port
 from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
@@ -77,14 +78,18 @@ TARGET_RATIO, TARGET_P99_MS = 1.0, 50.0
 OPEN_LOOP_LOAD = 0.5
 
 
-#: The processes whose CPU time is recorded, as named in the tables.
-PROCESSES = ("clients", "hub", "proxy", "service", "cluster")
+#: The processes whose CPU time is recorded, as named in the tables ("database": the
+#: PostgreSQL server processes serving the booking database; SQLite runs in the service).
+PROCESSES = ("clients", "hub", "proxy", "service", "cluster", "database")
 
 
 class CpuMeter:
-    """CPU seconds (user + system) used so far by each process of the demo and by the clients."""
+    """CPU seconds (user + system) used so far by each process of the demo and by the clients,
+    and by the PostgreSQL backends connected to the booking database ``database`` (if any)."""
 
-    def __init__(self, demo: Demo):
+    def __init__(self, demo: Demo, database: str | None = None):
+        self.database = database
+        self.backends: dict[int, psutil.Process] = {}
         hub = psutil.Process(demo.hub.pid)
         self.processes = {"clients": psutil.Process(), "hub": hub,
                           "cluster": psutil.Process(demo.cluster.pid)}
@@ -94,7 +99,7 @@ class CpuMeter:
                 self.processes["proxy"] = child
             elif "jhub_gpubooking.service" in command:
                 self.processes["service"] = child
-        missing = set(PROCESSES) - set(self.processes)
+        missing = set(PROCESSES) - set(self.processes) - {"database"}
         if missing:
             raise RuntimeError(f"demo processes not found: {', '.join(sorted(missing))}")
 
@@ -103,7 +108,28 @@ class CpuMeter:
         for name, process in self.processes.items():
             times = process.cpu_times()
             used[name] = times.user + times.system
+        used["database"] = self._database_seconds()
         return used
+
+    def _database_seconds(self) -> float:
+        """CPU of the server processes of the booking database: a backend's title names its
+        database; one that exits between two readings takes its CPU with it (the service keeps
+        its pooled connections, so that is rare)."""
+        if self.database is None:
+            return 0.0
+        for process in psutil.process_iter(["name", "cmdline"]):
+            if (process.pid not in self.backends and process.info["name"] == "postgres"
+                    and self.database in " ".join(process.info["cmdline"] or ())):
+                self.backends[process.pid] = process
+        seconds = 0.0
+        for pid, process in list(self.backends.items()):
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                del self.backends[pid]
+                continue
+            seconds += times.user + times.system
+        return seconds
 
 
 @dataclass
@@ -215,9 +241,9 @@ async def measure_open_loop(session, cpu: CpuMeter, bookings_url: str, auth: lis
     return phase
 
 
-async def measure(demo: Demo, clients: int, rounds: int, unloaded: int,
-                  open_loop_rounds: int) -> tuple[dict[str, Phase], dict[str, Phase], float]:
-    hub_url, admin_token, cpu = demo.hub_url, demo.admin_token, CpuMeter(demo)
+async def measure(demo: Demo, clients: int, rounds: int, unloaded: int, open_loop_rounds: int,
+                  database: str | None) -> tuple[dict[str, Phase], dict[str, Phase], float]:
+    hub_url, admin_token, cpu = demo.hub_url, demo.admin_token, CpuMeter(demo, database)
     hub_api = url_path_join(hub_url, HUB_PREFIX, "api")
     bookings_url = url_path_join(hub_url, SERVICE_PREFIX, "api", "bookings")
     phases = {name: Phase() for name in OPERATIONS}
@@ -288,8 +314,9 @@ def run_backend(backend: str, db_url: str, clients: int, rounds: int, unloaded: 
                     extra_env={**ports, "BENCH_BOOKING_DB_URL": db_url},
                     log_dir=log_dir / backend)
         with demo:
+            database = make_url(db_url).database if backend == "postgresql" else None
             phases, load, rate = asyncio.run(
-                measure(demo, clients, rounds, unloaded, open_loop_rounds))
+                measure(demo, clients, rounds, unloaded, open_loop_rounds, database))
     result = {"backend": backend, "clients": clients, "rounds": rounds,
               "operations": {name: phase_summary(phase) for name, phase in phases.items()},
               "open_loop_rate": rate,
