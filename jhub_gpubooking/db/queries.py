@@ -8,8 +8,9 @@ rows come back as plain tuples rather than ORM objects): they are most of a crea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -25,6 +26,8 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.visitors import replacement_traverse
 from sqlalchemy.types import NullType
 
 from ..core import policy as booking_policy
@@ -88,6 +91,29 @@ USER_OVERLAPPING_AND_WINDOWS = union_all(
         for column in _bookings.c
     ), _windows.c.reason).where(*OVERLAPPING_WINDOWS.whereclause.clauses),
 )
+
+
+
+@cache
+def user_overlapping_and_windows_of(count: int):
+    """:data:`USER_OVERLAPPING_AND_WINDOWS` for ``count`` requests in one statement: request
+    ``i``'s parameters carry the suffix ``_i`` (``user_0``, ``pool_0`` …) and its rows have
+    ``request`` = ``i``. The same three parts, renamed, so the rule of what a placement reads
+    stays in :data:`USER_OVERLAPPING_AND_WINDOWS` alone; built once per count."""
+    def renamed(suffix: int):
+        def rename(element):
+            # literals (status = 'booked') keep their anonymous, unique parameters
+            if isinstance(element, BindParameter) and not element.unique:
+                return bindparam(f"{element.key}_{suffix}", type_=element.type)
+            return None
+        return rename
+
+    return union_all(*(
+        replacement_traverse(part, {}, renamed(i)).add_columns(
+            literal_column(str(i)).label("request"))
+        for i in range(count) for part in USER_OVERLAPPING_AND_WINDOWS.selects
+    ))
+
 
 def rows_connection(source: Session | Connection) -> Connection:
     """The connection of ``source`` for Core statements: a session's after writing its pending
@@ -243,11 +269,43 @@ def policy_context_and_overlapping(
     """:func:`policy_context` at ``now`` and :func:`overlapping` for ``request``'s interval at
     ``read_at`` (the time of the read), all in one round trip: (the user's bookings for the
     policy, the pool's bookings, the pool's maintenance windows)."""
-    rows = rows_connection(session).execute(USER_OVERLAPPING_AND_WINDOWS, {
+    rows = rows_connection(session).execute(
+        USER_OVERLAPPING_AND_WINDOWS, _place_parameters(policy, request, now, read_at))
+    return _parts(rows, request)
+
+
+#: (policy or None, request, now) of one request of :func:`many_policy_contexts_and_overlapping`
+PlaceReadRequest = tuple["booking_policy.Policy | None", Booking, datetime]
+
+
+def many_policy_contexts_and_overlapping(
+    session: Session | Connection, requests: Sequence[PlaceReadRequest], read_at: datetime,
+) -> list[tuple[list[Booking], list[Booking], list[MaintenanceWindow]]]:
+    """:func:`policy_context_and_overlapping` of each of ``requests``, all in one round trip
+    (for the creates written in one transaction)."""
+    rows = rows_connection(session).execute(
+        user_overlapping_and_windows_of(len(requests)),
+        {f"{name}_{i}": value
+         for i, (policy, request, now) in enumerate(requests)
+         for name, value in _place_parameters(policy, request, now, read_at).items()})
+    by_request = [[] for _ in requests]
+    for row in rows:
+        by_request[row.request].append(row)
+    return [_parts(rows, request) for rows, (_, request, _) in zip(by_request, requests)]
+
+
+def _place_parameters(policy: booking_policy.Policy | None, request: Booking, now: datetime,
+                      read_at: datetime) -> dict:
+    return {
         **_policy_parameters(policy, request, now),
         **_overlap_parameters(request.pool, request.start, request.end, read_at),
         "start": request.start,
-    })
+    }
+
+
+def _parts(rows, request: Booking) -> tuple[list[Booking], list[Booking], list[MaintenanceWindow]]:
+    """(the user's bookings for the policy, the pool's bookings, the pool's maintenance
+    windows) of the rows of :data:`USER_OVERLAPPING_AND_WINDOWS`."""
     others, bookings, windows = [], [], []
     for row in rows:
         if row.part == POOL_PART:
@@ -259,8 +317,13 @@ def policy_context_and_overlapping(
     return others, bookings, windows
 
 
-def _policy_parameters(policy: booking_policy.Policy, request: Booking, now: datetime) -> dict:
-    """The user and the horizon of the user's bookings the policy reads (see policy_context)."""
+def _policy_parameters(policy: booking_policy.Policy | None, request: Booking,
+                       now: datetime) -> dict:
+    """The user and the horizon of the user's bookings the policy reads (see policy_context);
+    without a policy (an administrator's request, which no policy limits), the upcoming ones,
+    which go unused."""
+    if policy is None:
+        return {"user": request.user, "horizon": now}
     horizon = min(now, request.start)
     if policy.cooldown_minutes:
         horizon = min(horizon, request.start - timedelta(minutes=policy.cooldown_minutes))

@@ -167,3 +167,36 @@ def test_the_creates_one_read_finds_what_the_two_reads_find(store, clock):
     assert sorted((b.user, b.start.hour) for b in others) == [("ada", 10), ("ada", 13)]
     assert sorted((b.user, b.start.hour) for b in bookings) == [("ada", 10), ("bob", 11)]
     assert [(w.pool, w.start.hour, w.reason) for w in windows] == [("t4", 11, "firmware")]
+
+
+def test_the_read_of_several_creates_finds_what_each_read_alone_finds(store, clock):
+    """Creates written together read in one statement (``read_for_places``): for each, what
+    its own read finds, whatever the pools, users and intervals, admins' included."""
+    from datetime import timedelta
+
+    from jhub_gpubooking.db.queries import policy_context_and_overlapping
+
+    store.create("ada", "t4", 1, at(10), at(11))
+    store.create("ada", "a100", 1, at(13), at(14))
+    store.create("bob", "t4", 1, at(11), at(13))
+    clock.advance(timedelta(hours=-1))
+    store.create("ada", "a100", 1, at(9, 15), at(9, 30))
+    clock.advance(timedelta(hours=1))
+    store.add_maintenance("t4", at(11), at(12), reason="firmware")
+    store.add_maintenance("a100", at(10), at(12))
+    asked = [request("ada", "t4", 1, 10, 12), request("bob", "a100", 2, 11, 14),
+             request("ada", "t4", "1/4", 14, 15), request("carol", "t4", 1, 12, 13)]
+    admin = [False, False, False, True]
+    now = store.now()
+    with store.unit_of_work(["a100", "t4"]) as work:
+        together = work.read_for_places([(r, (), is_admin, now)
+                                         for r, is_admin in zip(asked, admin)])
+        alone = [policy_context_and_overlapping(work.rows(), store.policy_for(()), r, now, now)
+                 for r in asked]
+    assert [(bookings, windows) for _, bookings, windows in together] == [
+        (bookings, windows) for _, bookings, windows in alone]
+    # (no policy counts an administrator's request: what its user's part holds goes unused)
+    assert [others for others, *_ in together[:3]] == [others for others, *_ in alone[:3]]
+    assert [len(others) for others, *_ in together[:3]] == [2, 1, 2]
+    assert [len(b) for _, b, _ in together] == [2, 1, 0, 1]
+    assert [len(w) for *_, w in together] == [1, 1, 0, 0]
