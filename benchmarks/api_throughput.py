@@ -63,6 +63,7 @@ from .common import (
     postgres_databases,
     postgres_unreachable,
     print_machine,
+    process_cpu_seconds,
     write_json,
 )
 
@@ -84,8 +85,10 @@ PROCESSES = ("clients", "hub", "proxy", "service", "cluster", "database")
 
 
 class CpuMeter:
-    """CPU seconds (user + system) used so far by each process of the demo and by the clients,
-    and by the PostgreSQL backends connected to the booking database ``database`` (if any)."""
+    """CPU seconds used so far by each process of the demo and by the clients, and by the
+    PostgreSQL backends connected to the booking database ``database`` (if any): the
+    scheduler's nanosecond counters (:func:`.common.process_cpu_seconds`), since a phase of a
+    few requests may use less than the kernel's 10 ms tick."""
 
     def __init__(self, demo: Demo, database: str | None = None):
         self.database = database
@@ -104,10 +107,7 @@ class CpuMeter:
             raise RuntimeError(f"demo processes not found: {', '.join(sorted(missing))}")
 
     def seconds(self) -> dict[str, float]:
-        used = {}
-        for name, process in self.processes.items():
-            times = process.cpu_times()
-            used[name] = times.user + times.system
+        used = {name: process_cpu_seconds(process.pid) for name, process in self.processes.items()}
         used["database"] = self._database_seconds()
         return used
 
@@ -123,12 +123,10 @@ class CpuMeter:
                 self.backends[process.pid] = process
         seconds = 0.0
         for pid, process in list(self.backends.items()):
-            try:
-                times = process.cpu_times()
-            except psutil.NoSuchProcess:
+            if not process.is_running():
                 del self.backends[pid]
                 continue
-            seconds += times.user + times.system
+            seconds += process_cpu_seconds(pid)
         return seconds
 
 

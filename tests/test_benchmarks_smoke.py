@@ -231,8 +231,7 @@ def test_api_throughput_measures_every_operation_against_a_real_hub(tmp_path):
         assert 0 < operation["p50_ms"] <= operation["p99_ms"]
         cpu = operation["cpu_ms_per_request"]
         assert set(cpu) == {"clients", "hub", "proxy", "service", "cluster", "database"}
-        # (the kernel counts CPU time in ticks of 10 ms: ten requests may take less than one)
-        assert all(ms >= 0 for ms in cpu.values()) and operation["cores_busy"] >= 0
+        assert all(ms >= 0 for ms in cpu.values()) and operation["cores_busy"] > 0
         assert cpu["database"] == 0  # SQLite runs inside the service
     # the service's own work shows up where it answers: the run's requests to it, about fifty,
     # cost it CPU time the meter sees
