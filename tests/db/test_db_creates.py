@@ -6,6 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from db_test_store import on_gpu, statements
 from db_test_times import at
 from sqlalchemy import event, func, select
 
@@ -29,14 +30,6 @@ def stored(store) -> list[tuple[str, int, int]]:
 def event_count(store) -> int:
     with store.read_transaction() as session:
         return session.scalar(select(func.count()).select_from(BookingEventRow))
-
-
-def statements(store) -> list[str]:
-    sent: list[str] = []
-    engine = store._session_factory.kw["bind"]
-    event.listen(engine, "before_cursor_execute",
-                 lambda _c, _cursor, sql, *_rest: sent.append(sql.split()[0].upper()))
-    return sent
 
 
 def test_creates_written_together_are_each_stored_with_their_event(store):
@@ -269,8 +262,6 @@ def test_creates_together_read_once_and_each_sees_those_before_it(make_store):
 
 
 def test_a_create_after_one_that_moved_bookings_reads_them_where_they_went(store):
-    from test_db_replacement import on_gpu
-
     first = store.create("alice", "t4", "1/4", at(11), at(12))
     second = on_gpu(store, store.create("bob", "t4", "1/4", at(11), at(12)), 1)
     assert (first.placement.gpus, second.placement.gpus) == ((0,), (1,))
@@ -287,8 +278,6 @@ def test_a_create_after_one_that_moved_bookings_reads_them_where_they_went(store
 
 
 def test_a_create_after_one_that_freed_room_reads_what_was_freed(store):
-    from test_db_replacement import on_gpu
-
     blocker = store.create("dan", "t4", "1/2", at(16), at(17))
     on_gpu(store, store.create("erin", "t4", 1, at(16), at(17)), 1)
 

@@ -10,19 +10,13 @@ from fractions import Fraction
 from unittest import mock
 
 import pytest
+from db_test_store import on_gpu
 from db_test_times import at
 
 from jhub_gpubooking.core import replacement
 from jhub_gpubooking.core.errors import NoCapacity
 from jhub_gpubooking.core.model import Placement, Pool
 from jhub_gpubooking.core.placement import overbooked_instants
-
-
-def on_gpu(store, booking, gpu: int):
-    """Put ``booking`` on GPU ``gpu`` of node-c (the setup of a fragmented pool)."""
-    with store.unit_of_work(["t4"]) as work:
-        work.move_all([(booking, Placement("node-c", (gpu,), booking.placement.slices))])
-    return store.get(booking.id)
 
 
 def assert_not_overbooked(store):
