@@ -119,11 +119,12 @@ def _write(store: BookingStore, locks: list[str], creates: Sequence[NewBooking],
 
 
 class _ReadTogether:
-    """What the creates of one transaction read, in one round trip before the first is placed
-    (:meth:`UnitOfWork.read_for_places`): on PostgreSQL a round trip per create was most of a
-    create's cost in a batch. Each create then also sees the bookings placed before it in the
-    transaction, as a read of its own would. Once a create has moved or ended other bookings,
-    what was read may be out of date: the creates after it read on their own."""
+    """What the creates of one transaction read, all before the first is placed, one round trip
+    per eight (:meth:`UnitOfWork.read_for_places`): on PostgreSQL a round trip per create was
+    most of a create's cost in a batch. Each create then also counts the bookings placed before
+    it in the transaction, as a read of its own would find them (read before any was placed,
+    none is counted twice). Once a create has moved or ended other bookings, what was read may
+    be out of date: the creates after it read on their own."""
 
     def __init__(self, work: UnitOfWork, creates: Sequence[NewBooking]):
         self.work = work

@@ -92,7 +92,6 @@ USER_OVERLAPPING_AND_WINDOWS = union_all(
 )
 
 
-
 #: Requests whose reads :func:`many_policy_contexts_and_overlapping` sends in one statement.
 #: One size only: a statement of 3 x 8 parts is some 7,000 Python objects, built once at start-up
 #: (and so left out of full garbage collections, see ``service.startup.freeze_startup_heap``);
