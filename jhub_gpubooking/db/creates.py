@@ -30,7 +30,7 @@ from .next_free import earliest_free
 
 if TYPE_CHECKING:
     from .store import BookingStore
-    from .unit_of_work import PlaceRead, UnitOfWork
+    from .unit_of_work import UnitOfWork
 
 #: ``make_room(work, request, now)``: frees capacity for ``request`` in ``work`` when its pool
 #: is full and returns the bookings it changed to do so (none: nothing freed); see
@@ -92,8 +92,7 @@ def create_all(store: BookingStore, creates: Sequence[NewBooking],
             outcomes = [refused]
     else:
         try:
-            outcomes = _write(store, locks, creates, _place_or_refuse, seconds,
-                              read_together=True)
+            outcomes = _write(store, locks, creates, _place_or_refuse, seconds)
         except _MetAnError:
             # rolled back, nothing was created: again, each under a savepoint of its own
             outcomes = _write(store, locks, creates, _place_on_its_own, seconds)
@@ -105,51 +104,16 @@ class _MetAnError(Exception):
 
 
 def _write(store: BookingStore, locks: list[str], creates: Sequence[NewBooking],
-           place: Callable[[UnitOfWork, NewBooking, _ReadTogether | None], Booking | Exception],
-           seconds: float | None, read_together: bool = False) -> list:
+           place: Callable[[UnitOfWork, NewBooking], Booking | Exception],
+           seconds: float | None) -> list:
     began = time.monotonic()
     outcomes = []
     with store.unit_of_work(locks) as work:
-        together = _ReadTogether(work, creates) if read_together else None
         for create in creates:
             if outcomes and seconds is not None and time.monotonic() - began > seconds:
                 break
-            outcomes.append(place(work, create, together))
+            outcomes.append(place(work, create))
     return outcomes
-
-
-class _ReadTogether:
-    """What the creates of one transaction read, all before the first is placed, one round trip
-    per eight (:meth:`UnitOfWork.read_for_places`): on PostgreSQL a round trip per create was
-    most of a create's cost in a batch. Each create then also counts the bookings placed before
-    it in the transaction, as a read of its own would find them (read before any was placed,
-    none is counted twice). Once a create has moved or ended other bookings, what was read may
-    be out of date: the creates after it read on their own."""
-
-    def __init__(self, work: UnitOfWork, creates: Sequence[NewBooking]):
-        self.work = work
-        self.reads = iter(work.read_for_places([
-            (create.request, create.request.groups, create.is_admin, create.now)
-            for create in creates]))
-        self.placed: list[Booking] = []
-        self.moves_before = work.moves_written
-        self.ended_others = False
-
-    def next_read(self, create: NewBooking) -> PlaceRead | None:
-        """The read of the next create (they come in order), None once it may be stale."""
-        others, bookings, windows = next(self.reads)
-        if self.ended_others or self.work.moves_written != self.moves_before:
-            return None
-        request = create.request
-        return (others + [b for b in self.placed if b.user == request.user],
-                bookings + [b for b in self.placed
-                            if b.pool == request.pool and b.overlaps(request.start, request.end)],
-                windows)
-
-    def placed_one(self, booking: Booking, create: NewBooking) -> None:
-        self.placed.append(booking)
-        if create.freed:  # grants ended to make room for it: the reads before do not know
-            self.ended_others = True
 
 
 def created(outcome: Booking | Exception) -> Booking:
@@ -171,7 +135,7 @@ def _with_next_free(store: BookingStore, create: NewBooking,
     return naming_next_free(outcome, found)
 
 
-def _place(work: UnitOfWork, create: NewBooking, _together: None = None) -> Booking:
+def _place(work: UnitOfWork, create: NewBooking) -> Booking:
     """The create placed, or its refusal raised; ``make_room`` tried when the pool is full."""
     create.freed.clear()
     try:
@@ -182,9 +146,9 @@ def _place(work: UnitOfWork, create: NewBooking, _together: None = None) -> Book
         return _make_room_and_place(work, create, refused)
 
 
-def _place_once(work: UnitOfWork, create: NewBooking, read: PlaceRead | None = None) -> Booking:
+def _place_once(work: UnitOfWork, create: NewBooking) -> Booking:
     return work.place(create.request, create.request.groups, create.is_admin, create.now,
-                      create.actor, read)
+                      create.actor)
 
 
 def _make_room_and_place(work: UnitOfWork, create: NewBooking, refused: NoCapacity) -> Booking:
@@ -196,13 +160,12 @@ def _make_room_and_place(work: UnitOfWork, create: NewBooking, refused: NoCapaci
     return placed
 
 
-def _place_or_refuse(work: UnitOfWork, create: NewBooking,
-                     together: _ReadTogether) -> Booking | Exception:
+def _place_or_refuse(work: UnitOfWork, create: NewBooking) -> Booking | Exception:
     """One of several creates: its refusal is its outcome. No savepoint: ``place`` refuses
     before it writes; freeing room writes first, so that part runs under one."""
     create.freed.clear()
     try:
-        placed = _place_once(work, create, together.next_read(create))
+        return _place_once(work, create)
     except NoCapacity as refused:
         if create.make_room is None:
             return refused
@@ -211,17 +174,10 @@ def _place_or_refuse(work: UnitOfWork, create: NewBooking,
         return refused
     except Exception as error:
         raise _MetAnError from error
-    else:
-        together.placed_one(placed, create)
-        return placed
-    outcome = _on_a_savepoint(work, create, lambda: _make_room_and_place(work, create, full))
-    if isinstance(outcome, Booking):
-        together.placed_one(outcome, create)
-    return outcome
+    return _on_a_savepoint(work, create, lambda: _make_room_and_place(work, create, full))
 
 
-def _place_on_its_own(work: UnitOfWork, create: NewBooking,
-                      _together: None = None) -> Booking | Exception:
+def _place_on_its_own(work: UnitOfWork, create: NewBooking) -> Booking | Exception:
     """One of several creates, all of it under a savepoint."""
     return _on_a_savepoint(work, create, lambda: _place(work, create))
 

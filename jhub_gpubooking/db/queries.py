@@ -8,7 +8,7 @@ rows come back as plain tuples rather than ORM objects): they are most of a crea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,8 +25,6 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import BindParameter
-from sqlalchemy.sql.visitors import replacement_traverse
 from sqlalchemy.types import NullType
 
 from ..core import policy as booking_policy
@@ -34,7 +32,7 @@ from ..core.errors import InvalidRequest
 from ..core.model import Booking, BookingState, MaintenanceWindow
 from ..core.next_free import to_micros
 from ..core.placement import Held
-from ..core.timegrid import EARLIEST_TIME, LATEST_TIME, as_utc
+from ..core.timegrid import EARLIEST_TIME, as_utc
 from .convert import booking_from_row, maintenance_from_row
 from .models import BookingRow, MaintenanceWindowRow
 
@@ -90,34 +88,6 @@ USER_OVERLAPPING_AND_WINDOWS = union_all(
         for column in _bookings.c
     ), _windows.c.reason).where(*OVERLAPPING_WINDOWS.whereclause.clauses),
 )
-
-
-#: Requests whose reads :func:`many_policy_contexts_and_overlapping` sends in one statement.
-#: One size only: a statement of 3 x 8 parts is some 7,000 Python objects, built once at start-up
-#: (and so left out of full garbage collections, see ``service.startup.freeze_startup_heap``);
-#: one per batch size would keep over 200,000 objects for every full collection to walk.
-PLACE_READS_PER_STATEMENT = 8
-
-
-def _renamed_parameters(suffix: int):
-    def rename(element):
-        # literals (status = 'booked') keep their anonymous, unique parameters
-        if isinstance(element, BindParameter) and not element.unique:
-            return bindparam(f"{element.key}_{suffix}", type_=element.type)
-        return None
-    return rename
-
-
-#: :data:`USER_OVERLAPPING_AND_WINDOWS` for :data:`PLACE_READS_PER_STATEMENT` requests: request
-#: ``i``'s parameters carry the suffix ``_i`` (``user_0``, ``pool_0`` …) and its rows have
-#: ``request`` = ``i``. The same three parts, renamed, so what a placement reads is said in
-#: :data:`USER_OVERLAPPING_AND_WINDOWS` alone.
-USER_OVERLAPPING_AND_WINDOWS_OF_SEVERAL = union_all(*(
-    replacement_traverse(part, {}, _renamed_parameters(i)).add_columns(
-        literal_column(str(i)).label("request"))
-    for i in range(PLACE_READS_PER_STATEMENT) for part in USER_OVERLAPPING_AND_WINDOWS.selects
-))
-
 
 def rows_connection(source: Session | Connection) -> Connection:
     """The connection of ``source`` for Core statements: a session's after writing its pending
@@ -273,55 +243,11 @@ def policy_context_and_overlapping(
     """:func:`policy_context` at ``now`` and :func:`overlapping` for ``request``'s interval at
     ``read_at`` (the time of the read), all in one round trip: (the user's bookings for the
     policy, the pool's bookings, the pool's maintenance windows)."""
-    rows = rows_connection(session).execute(
-        USER_OVERLAPPING_AND_WINDOWS, _place_parameters(policy, request, now, read_at))
-    return _parts(rows, request)
-
-
-#: (policy or None, request, now) of one request of :func:`many_policy_contexts_and_overlapping`
-PlaceReadRequest = tuple["booking_policy.Policy | None", Booking, datetime]
-
-
-def many_policy_contexts_and_overlapping(
-    session: Session | Connection, requests: Sequence[PlaceReadRequest], read_at: datetime,
-) -> list[tuple[list[Booking], list[Booking], list[MaintenanceWindow]]]:
-    """:func:`policy_context_and_overlapping` of each of ``requests``, read together (for the
-    creates written in one transaction): one round trip for every
-    :data:`PLACE_READS_PER_STATEMENT` of them."""
-    connection = rows_connection(session)
-    found = []
-    for first in range(0, len(requests), PLACE_READS_PER_STATEMENT):
-        chunk = requests[first:first + PLACE_READS_PER_STATEMENT]
-        parameters = [_place_parameters(policy, request, now, read_at)
-                      for policy, request, now in chunk]
-        parameters += [_READS_NOTHING] * (PLACE_READS_PER_STATEMENT - len(chunk))
-        by_request = [[] for _ in chunk]
-        for row in connection.execute(USER_OVERLAPPING_AND_WINDOWS_OF_SEVERAL, {
-                f"{name}_{i}": value
-                for i, values in enumerate(parameters) for name, value in values.items()}):
-            by_request[row.request].append(row)
-        found += [_parts(rows, request) for rows, (_, request, _) in zip(by_request, chunk)]
-    return found
-
-
-#: The parameters of an unused request of :data:`USER_OVERLAPPING_AND_WINDOWS_OF_SEVERAL`: no
-#: booking ends after LATEST_TIME nor starts before EARLIEST_TIME, so each part reads nothing.
-_READS_NOTHING = {"user": "", "horizon": LATEST_TIME, "pool": "", "after": LATEST_TIME,
-                  "end": EARLIEST_TIME, "start": LATEST_TIME}
-
-
-def _place_parameters(policy: booking_policy.Policy | None, request: Booking, now: datetime,
-                      read_at: datetime) -> dict:
-    return {
+    rows = rows_connection(session).execute(USER_OVERLAPPING_AND_WINDOWS, {
         **_policy_parameters(policy, request, now),
         **_overlap_parameters(request.pool, request.start, request.end, read_at),
         "start": request.start,
-    }
-
-
-def _parts(rows, request: Booking) -> tuple[list[Booking], list[Booking], list[MaintenanceWindow]]:
-    """(the user's bookings for the policy, the pool's bookings, the pool's maintenance
-    windows) of the rows of :data:`USER_OVERLAPPING_AND_WINDOWS`."""
+    })
     others, bookings, windows = [], [], []
     for row in rows:
         if row.part == POOL_PART:
@@ -333,12 +259,8 @@ def _parts(rows, request: Booking) -> tuple[list[Booking], list[Booking], list[M
     return others, bookings, windows
 
 
-def _policy_parameters(policy: booking_policy.Policy | None, request: Booking,
-                       now: datetime) -> dict:
-    """The user and the horizon of the user's bookings the policy reads (see policy_context);
-    without a policy (an administrator's request, which no policy limits), none of them."""
-    if policy is None:
-        return {"user": request.user, "horizon": LATEST_TIME}
+def _policy_parameters(policy: booking_policy.Policy, request: Booking, now: datetime) -> dict:
+    """The user and the horizon of the user's bookings the policy reads (see policy_context)."""
     horizon = min(now, request.start)
     if policy.cooldown_minutes:
         horizon = min(horizon, request.start - timedelta(minutes=policy.cooldown_minutes))

@@ -33,7 +33,6 @@ from ..core.timegrid import ceil_to_grid, format_time
 from .convert import booking_from_new_row, booking_from_row, booking_row
 from .models import BookingEventRow, BookingRow, PoolRow
 from .queries import (
-    many_policy_contexts_and_overlapping,
     overlapping,
     overlapping_besides,
     policy_context,
@@ -44,10 +43,6 @@ from .usage import open_usage
 
 if TYPE_CHECKING:
     from .store import BookingStore
-
-#: What :meth:`UnitOfWork.place` reads for a request: (the user's bookings the policy counts,
-#: the bookings holding capacity of its pool during it, the pool's maintenance windows then)
-PlaceRead = tuple[list[Booking], list[Booking], list[MaintenanceWindow]]
 
 _pools = PoolRow.__table__
 
@@ -238,8 +233,6 @@ class UnitOfWork(BookingChecks):
         self._connection = connection
         self._make_session = make_session
         self._locked: list[str] = []
-        #: bookings moved so far (what was read before a move may hold old placements)
-        self.moves_written = 0
 
     @property
     def session(self) -> Session:
@@ -352,36 +345,21 @@ class UnitOfWork(BookingChecks):
             "detail": detail,
         })
 
-    def read_for_places(self, requests: list[tuple[Booking, Any, bool, datetime]]
-                        ) -> list[PlaceRead]:
-        """What :meth:`place` reads for each of ``requests`` (request, groups, is_admin, now),
-        all in one round trip: for creates written together, read before the first is placed
-        (each then adds what the ones before it placed, see :mod:`.creates`)."""
-        return many_policy_contexts_and_overlapping(self.rows(), [
-            (None if is_admin else self.store.policy_for(groups), request, now)
-            for request, groups, is_admin, now in requests
-        ], self.store.now())
-
     def place(self, request: Booking, groups: Any, is_admin: bool, now: datetime,
-              actor: str | None, read: PlaceRead | None = None) -> Booking:
+              actor: str | None) -> Booking:
         """Check policy and budgets (not for admins), place ``request`` on the GPUs with the
         least waste and add it; raises the refusal a user would see. Its pool must be locked
-        (and every pool a rule counts across, see ``BookingStore.pools_for_rules``). ``read``:
-        what :meth:`read_for_places` read for it, when the caller read it already.
+        (and every pool a rule counts across, see ``BookingStore.pools_for_rules``).
 
         A refusal comes before anything is written (the moves and the inserts are the last
         steps): creates written together rely on it to need no savepoint each
         (:mod:`.creates`)."""
-        if read is not None:
-            others, bookings, windows = read
-        elif is_admin:
-            others, (bookings, windows) = [], self.overlapping(request.pool, request.start,
-                                                                request.end)
+        if is_admin:
+            bookings, windows = self.overlapping(request.pool, request.start, request.end)
         else:
             # the user's bookings and the pool's in one round trip, then the rules
             others, bookings, windows = policy_context_and_overlapping(
                 self.rows(), self.store.policy_for(groups), request, now, self.store.now())
-        if not is_admin:
             self.check_rules(request, groups, now, booking_policy.check_booking, others)
         pool_spec = self.store.pools[request.pool]
         placed = placing.fit(
@@ -432,7 +410,6 @@ class UnitOfWork(BookingChecks):
         on PostgreSQL."""
         if not moves:
             return
-        self.moves_written += len(moves)
         stamp = self.store.stamp()
         connection = self.rows()
         connection.execute(INSERT_EVENT, [

@@ -234,40 +234,14 @@ def test_a_transaction_out_of_time_writes_the_first_creates_only(store):
     assert len(store.create_all(new[1:], seconds=10)) == 1
 
 
-def test_creates_together_read_once_and_each_sees_those_before_it(make_store):
-    store = make_store(default_policy={"max_bookings": 1})
-    store.create("dan", "t4", 1, at(11), at(12))  # one of node-c's two GPUs
-    sent = statements(store)
-    store.create("erin", "t4", "1/4", at(15), at(16))
-    reads_alone = sent.count("SELECT")
-
-    sent.clear()
-    ada, ada_again, bob, carol = store.create_all([
-        store.new_booking("ada", "t4", "1/2", at(11), at(12)),
-        store.new_booking("ada", "t4", "1/4", at(13), at(14)),  # her second: over max_bookings
-        store.new_booking("bob", "t4", "1/2", at(11), at(12)),  # beside ada's half
-        store.new_booking("carol", "t4", "1/4", at(11), at(12)),  # nothing is left at 11
-    ])
-
-    # the four creates read in one statement, as one create alone does (carol's refusal then
-    # searches the next free slot, after the transaction)
-    last_insert = max(i for i, verb in enumerate(sent) if verb in ("INSERT", "WITH"))
-    in_transaction = sent[:last_insert]
-    assert in_transaction.count("SELECT") == reads_alone
-    assert isinstance(ada, Booking) and isinstance(bob, Booking)
-    assert isinstance(ada_again, PolicyViolation)
-    assert isinstance(carol, NoCapacity)
-    assert ada.placement == bob.placement
-    assert [user for user, *_ in stored(store)] == ["dan", "erin", "ada", "bob"]
-
-
-def test_a_create_after_one_that_moved_bookings_reads_them_where_they_went(store):
+def test_a_create_after_one_that_moved_bookings_finds_them_where_they_went(store):
     first = store.create("alice", "t4", "1/4", at(11), at(12))
     second = on_gpu(store, store.create("bob", "t4", "1/4", at(11), at(12)), 1)
     assert (first.placement.gpus, second.placement.gpus) == ((0,), (1,))
 
-    # carol's whole GPU only fits once a quarter moves; then the two quarters share a GPU, so
-    # dave's three quarters no longer fit (as read before the move, GPU 0 had three free)
+    # in one transaction: carol's whole GPU only fits once a quarter moves; then the two
+    # quarters share a GPU, so dave's three quarters no longer fit (before the move GPU 0 had
+    # three quarters free)
     carol, dave = store.create_all([store.new_booking("carol", "t4", 1, at(11), at(12)),
                                     store.new_booking("dave", "t4", "3/4", at(11), at(12))])
 
@@ -277,7 +251,7 @@ def test_a_create_after_one_that_moved_bookings_reads_them_where_they_went(store
     assert overbooked_instants(store.pool("t4"), store.list()) == []
 
 
-def test_a_create_after_one_that_freed_room_reads_what_was_freed(store):
+def test_a_create_after_one_that_freed_room_finds_the_room_free(store):
     blocker = store.create("dan", "t4", "1/2", at(16), at(17))
     on_gpu(store, store.create("erin", "t4", 1, at(16), at(17)), 1)
 
@@ -285,8 +259,8 @@ def test_a_create_after_one_that_freed_room_reads_what_was_freed(store):
         work.session.get(BookingRow, blocker.id).status = "cancelled"
         return [blocker]
 
-    # frank's three quarters fit once dan's half is gone; gina's quarter then fits beside them,
-    # which the read made before the cancel (dan's half still there) would have refused
+    # in one transaction: frank's three quarters fit once dan's half is gone; gina's quarter
+    # then fits beside them, which counting dan's half would have refused
     frank, gina = store.create_all([
         store.new_booking("frank", "t4", "3/4", at(16), at(17), make_room=cancel_blocker),
         store.new_booking("gina", "t4", "1/4", at(16), at(17)),

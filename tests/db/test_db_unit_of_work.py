@@ -5,7 +5,6 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from db_test_store import statements
 from db_test_times import at
 from sqlalchemy import event, func, select
 
@@ -168,40 +167,3 @@ def test_the_creates_one_read_finds_what_the_two_reads_find(store, clock):
     assert sorted((b.user, b.start.hour) for b in others) == [("ada", 10), ("ada", 13)]
     assert sorted((b.user, b.start.hour) for b in bookings) == [("ada", 10), ("bob", 11)]
     assert [(w.pool, w.start.hour, w.reason) for w in windows] == [("t4", 11, "firmware")]
-
-
-def test_the_read_of_several_creates_finds_what_each_read_alone_finds(store, clock):
-    """Creates written together read in one statement per eight (``read_for_places``): for
-    each, what its own read finds, whatever the pools, users and intervals; an administrator's
-    request, which no policy limits, gets none of its user's bookings."""
-    from datetime import timedelta
-
-    from jhub_gpubooking.db.queries import PLACE_READS_PER_STATEMENT, policy_context_and_overlapping
-
-    store.create("ada", "t4", 1, at(10), at(11))
-    store.create("ada", "a100", 1, at(13), at(14))
-    store.create("bob", "t4", 1, at(11), at(13))
-    clock.advance(timedelta(hours=-1))
-    store.create("ada", "a100", 1, at(9, 15), at(9, 30))
-    clock.advance(timedelta(hours=1))
-    store.add_maintenance("t4", at(11), at(12), reason="firmware")
-    store.add_maintenance("a100", at(10), at(12))
-    asked = [request("ada", "t4", 1, 10, 12), request("bob", "a100", 2, 11, 14),
-             request("ada", "t4", "1/4", 14, 15), request("carol", "t4", 1, 12, 13)] * 3
-    admin = [False, False, False, True] * 3
-    assert len(asked) > PLACE_READS_PER_STATEMENT  # two statements, the second not full
-    now = store.now()
-    with store.unit_of_work(["a100", "t4"]) as work:
-        sent = statements(store)
-        together = work.read_for_places([(r, (), is_admin, now)
-                                         for r, is_admin in zip(asked, admin)])
-        assert len(sent) == 2
-        alone = [policy_context_and_overlapping(work.rows(), store.policy_for(()), r, now, now)
-                 for r in asked]
-    assert [(bookings, windows) for _, bookings, windows in together] == [
-        (bookings, windows) for _, bookings, windows in alone]
-    assert [others for (others, *_), is_admin in zip(together, admin) if not is_admin] == [
-        others for (others, *_), is_admin in zip(alone, admin) if not is_admin]
-    assert [len(others) for others, *_ in together[:4]] == [2, 1, 2, 0]
-    assert [len(b) for _, b, _ in together[:4]] == [2, 1, 0, 1]
-    assert [len(w) for *_, w in together[:4]] == [1, 1, 0, 0]
