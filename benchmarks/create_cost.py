@@ -262,9 +262,6 @@ def store_costs(store, creates: int, together: int, first: datetime) -> dict[str
         cancel([booking])
     costs["store create"] = used * 1000 / creates
     for name, size in (("one per transaction", 1), (f"{together} per transaction", together)):
-        # untimed, once: a first transaction of a kind compiles its statements (the service
-        # does that once in its life), which is no part of a create's steady cost
-        cancel(store.create_all(requests()[:size]))
         used = 0.0
         new = requests()
         for offset in range(0, creates, size):

@@ -233,12 +233,8 @@ def test_api_throughput_measures_every_operation_against_a_real_hub(tmp_path):
         assert set(cpu) == {"clients", "hub", "proxy", "service", "cluster", "database"}
         assert all(ms >= 0 for ms in cpu.values()) and operation["cores_busy"] > 0
         assert cpu["database"] == 0  # SQLite runs inside the service
-    # the service's own work shows up where it answers: the run's requests to it, about fifty,
-    # cost it CPU time the meter sees
-    service_cpu_ms = sum(operation["cpu_ms_per_request"]["service"] * operation["requests"]
-                         for name, operation in [*operations.items(), *sqlite["latency"].items()]
-                         if name != "hub GET api/user")
-    assert service_cpu_ms > 0
+    # the service's own work shows up where it answers: ten creates cost it measurable CPU
+    assert operations["booking create"]["cpu_ms_per_request"]["service"] > 0
     assert sqlite["create_vs_hub"] == pytest.approx(
         operations["booking create"]["requests_per_second"]
         / operations["hub GET api/user"]["requests_per_second"]
