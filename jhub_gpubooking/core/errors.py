@@ -47,7 +47,11 @@ class Conflict(BookingError):
 
 class NoCapacity(Conflict):
     """Nothing can be placed: names the first full interval and what is still bookable there,
-    and, when known, ``next_free``: the earliest (start, end) of the same length that fits."""
+    and, when known, ``next_free``: the earliest (start, end) of the same length that fits.
+
+    ``search_ran_out`` is True when the exact re-placement of upcoming bookings ran out of its
+    time without an answer (:func:`..core.replacement.place_or_move`): a longer search, away
+    from the pool's lock, may still let the request in."""
 
     def __init__(
         self,
@@ -56,9 +60,11 @@ class NoCapacity(Conflict):
         full_end: datetime,
         largest_bookable: Fraction,
         next_free: tuple[datetime, datetime] | None = None,
+        search_ran_out: bool = False,
     ):
         super().__init__(message)
         self.full_start = full_start
         self.full_end = full_end
         self.largest_bookable = largest_bookable
         self.next_free = next_free
+        self.search_ran_out = search_ran_out

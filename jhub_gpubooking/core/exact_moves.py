@@ -41,6 +41,13 @@ from .timegrid import as_utc
 #: Seconds the solver may spend on one create's re-placement by default (the service's
 #: ``GPUBookingService.exact_move_seconds``; the pool's lock is held meanwhile).
 DEFAULT_SECONDS = 1.0
+#: Seconds it may go on by default when that ran out, without the pool's lock (the service's
+#: ``GPUBookingService.exact_move_retry_seconds``, see :mod:`.proposed_moves`).
+DEFAULT_RETRY_SECONDS = 10.0
+
+
+class RanOut(Exception):
+    """The solver's time ran out before it found a re-placement or proved that none exists."""
 
 
 @dataclass(frozen=True)
@@ -248,9 +255,9 @@ def place_exactly(
     """Place ``amount`` GPUs for [start, end), moving bookings of ``movable`` (each keeping
     its slices, GPU count, times and one node) as few as the solver finds within ``time_limit``
     seconds (``solver``: see :mod:`.ilp_solvers`); ``staying`` bookings and ``maintenance``
-    keep their capacity. None when the program is infeasible or no solution was found in time.
-    The answer is audited before it is returned (a finding raises: it would be a bug in the
-    model)."""
+    keep their capacity. None when no re-placement exists; :class:`RanOut` raised when the time
+    ran out before the solver found one or proved there is none. The answer is audited before
+    it is returned (a finding raises: it would be a bug in the model)."""
     start, end = as_utc(start), as_utc(end)
     gpus = set(pool.gpu_keys)
     # a booking on GPUs the pool no longer has (a node taken out of config) stays put
@@ -285,12 +292,16 @@ def place_exactly(
             model.rows.append(({stay: 1.0, col: -1.0}, float("-inf"), 0.0))
     result = model.solve(cost, 1, time_limit, solver=solver)
     if result.x is None:
-        return None
+        if result.status == "infeasible":
+            return None
+        raise RanOut(f"no re-placement found or ruled out in {time_limit:g} s")
     placed = model.placements(result.x)
     moves = tuple(Move(booking, placed[r]) for r, booking in enumerate(movable)
                   if _moved(booking.placement, placed[r]))
     found = Replacement(placed[len(movable)], moves)
-    _audit(pool, staying, movable, found, start, end, amount, maintenance)
+    problem = check_replacement(pool, staying, movable, found, start, end, amount, maintenance)
+    if problem is not None:
+        raise AssertionError(f"the exact re-placement {problem}")
     return found
 
 
@@ -319,11 +330,14 @@ def _moved(old: Placement, new: Placement) -> bool:
     return (old.node, tuple(sorted(old.gpus))) != (new.node, tuple(sorted(new.gpus)))
 
 
-def _audit(pool: Pool, staying: Sequence[Booking], movable: Sequence[Booking],
-           found: Replacement, start: datetime, end: datetime, amount: Fraction,
-           maintenance: Sequence[MaintenanceWindow]) -> None:
-    """The core's own checks on the answer: no GPU holds more than before anywhere, nothing
-    placed or moved meets a maintenance window, every placement keeps its size on one node."""
+def check_replacement(pool: Pool, staying: Sequence[Booking], movable: Sequence[Booking],
+                      found: Replacement, start: datetime, end: datetime, amount: Fraction,
+                      maintenance: Sequence[MaintenanceWindow]) -> str | None:
+    """What is wrong with re-placing ``found``'s moves (bookings of ``movable``) and placing the
+    request there, next to ``staying`` and ``maintenance``, by the core's own checks: a GPU
+    holding more than before somewhere, something placed or moved meeting a maintenance
+    window, a placement resized. None when nothing is; the answer of the solver is checked so,
+    and so is a re-placement found earlier, before it is written."""
     request = Booking(user="", pool=pool.name, amount=Fraction(amount), start=start, end=end,
                       placement=found.placement)
     new = {id(move.booking): move.placement for move in found.moves}
@@ -331,14 +345,15 @@ def _audit(pool: Pool, staying: Sequence[Booking], movable: Sequence[Booking],
     after = [b for b in movable if id(b) not in new] + moved
     before = overbooked_instants(pool, [*staying, *movable])
     if not _no_worse(overbooked_instants(pool, [*staying, *after, request]), before):
-        raise AssertionError("the exact re-placement overbooks a GPU")
+        return "overbooks a GPU"
     if any(maintenance_collisions(window, [request, *moved]) for window in maintenance):
-        raise AssertionError("the exact re-placement meets a maintenance window")
+        return "meets a maintenance window"
     for move in found.moves:
         booking, placement = move.booking, move.placement
         if (placement.slices, len(placement.gpus)) != (booking.placement.slices,
                                                        len(booking.placement.gpus)):
-            raise AssertionError("the exact re-placement resized a booking")
+            return "resizes a booking"
+    return None
 
 
 def _no_worse(after: list[Overbooking], before: list[Overbooking]) -> bool:

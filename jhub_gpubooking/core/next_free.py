@@ -99,4 +99,4 @@ def naming_next_free(refused: NoCapacity, found: tuple[datetime, datetime] | Non
         f"{start:%Y-%m-%d %H:%M} to {end.strftime(end_format)} UTC."
     )
     return NoCapacity(message, refused.full_start, refused.full_end, refused.largest_bookable,
-                      next_free=found)
+                      next_free=found, search_ran_out=refused.search_ran_out)

@@ -46,7 +46,8 @@ from datetime import datetime
 from fractions import Fraction
 from itertools import combinations
 
-from .exact_moves import place_exactly
+from .errors import NoCapacity
+from .exact_moves import RanOut, place_exactly
 from .model import Booking, BookingState, MaintenanceWindow, Move, Placement, Pool, Replacement
 from .placement import fit, place
 from .timegrid import as_utc
@@ -112,7 +113,7 @@ def place_or_move(
     booking overlapping the bookings that could move. ``known`` = (from, until) says
     ``existing`` is complete only inside that interval: bookings reaching outside it stay
     where they are. Raises the :class:`NoCapacity` of the plain placement when nothing is
-    found.
+    found, with ``search_ran_out`` set when the exact last resort ran out of its time.
     """
     existing = list(existing)
     maintenance = list(maintenance)
@@ -125,12 +126,20 @@ def place_or_move(
     search = _Search(pool, existing, maintenance, start, end, Fraction(amount), as_utc(now),
                      known)
     found = search.run()
+    ran_out = False
     # an exact search that ran its course proved no re-placement exists; else ask the program
     if found is None and not search.proved_none and exact_seconds > 0:
-        found = _place_exactly(search, existing, maintenance, start, end, Fraction(amount),
-                               exact_seconds, exact_solver)
+        try:
+            found = _place_exactly(search, existing, maintenance, start, end, Fraction(amount),
+                                   exact_seconds, exact_solver)
+        except RanOut:
+            ran_out = True
     if found is None:
-        place(pool, during, start, end, amount, maintenance)  # raises the refusal
+        try:
+            place(pool, during, start, end, amount, maintenance)
+        except NoCapacity as refused:
+            refused.search_ran_out = ran_out
+            raise
         raise AssertionError("place() placed what fit() could not")
     return found
 
