@@ -15,6 +15,9 @@ per create than one each; a savepoint per create costs PostgreSQL two round trip
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,15 +25,19 @@ from datetime import datetime
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from ..core import replacement
 from ..core.errors import BookingError, NoCapacity
-from ..core.model import Booking, checked_text, parse_amount
+from ..core.model import Booking, Replacement, checked_text, parse_amount
 from ..core.next_free import naming_next_free
 from ..core.timegrid import as_utc
 from .next_free import earliest_free
+from .unit_of_work import move_reach
 
 if TYPE_CHECKING:
     from .store import BookingStore
     from .unit_of_work import UnitOfWork
+
+log = logging.getLogger(__name__)
 
 #: ``make_room(work, request, now)``: frees capacity for ``request`` in ``work`` when its pool
 #: is full and returns the bookings it changed to do so (none: nothing freed); see
@@ -51,6 +58,9 @@ class NewBooking:
     make_room: MakeRoom | None = None
     #: what ``make_room`` freed for the booking as created (empty until then, or when refused)
     freed: list[Booking] = field(default_factory=list)
+    #: a re-placement found without the pool's lock (:func:`search_longer`), written if it
+    #: still holds
+    proposal: Replacement | None = None
 
 
 def prepare(store: BookingStore, user: str, pool: str, gpus: Any, start: datetime,
@@ -148,7 +158,7 @@ def _place(work: UnitOfWork, create: NewBooking) -> Booking:
 
 def _place_once(work: UnitOfWork, create: NewBooking) -> Booking:
     return work.place(create.request, create.request.groups, create.is_admin, create.now,
-                      create.actor)
+                      create.actor, create.proposal)
 
 
 def _make_room_and_place(work: UnitOfWork, create: NewBooking, refused: NoCapacity) -> Booking:
@@ -198,3 +208,54 @@ def _on_a_savepoint(work: UnitOfWork, create: NewBooking,
         return error
     savepoint.commit()
     return placed
+
+
+#: One longer search at a time per process: each keeps a database thread (and a core) busy for
+#: up to ``exact_move_retry_seconds``, and the service has only a few such threads.
+_LONGER_SEARCH = threading.Lock()
+
+
+def search_longer(store: BookingStore, create: NewBooking,
+                  outcome: Booking | Exception) -> Booking | Exception:
+    """``outcome`` of ``create`` (from :func:`create_all`), or, when it is a refusal after
+    which the exact re-placement ran out of its time under the pool's lock, the outcome of
+    searching again for up to the store's ``exact_move_retry_seconds`` *without* the lock,
+    on the pool as read now, and writing what that finds under the lock if it still holds then
+    (:mod:`..core.proposed_moves`; if not, the create searches there as any create does).
+
+    Not inside :func:`create_all`: the creates written together with this one are answered
+    first. The refusal stands, unchanged, when another longer search is running."""
+    if (not isinstance(outcome, NoCapacity) or not outcome.search_ran_out
+            or store.exact_move_retry_seconds <= 0):
+        return outcome
+    request = create.request
+    if not _LONGER_SEARCH.acquire(blocking=False):
+        log.info("Refusing %s's create in pool %s without a longer search: another one runs",
+                 request.user, request.pool)
+        return outcome
+    began = time.monotonic()
+    try:
+        proposal = _propose(store, request)
+    finally:
+        _LONGER_SEARCH.release()
+    log.info("A longer search for %s's create in pool %s took %.1f s: %s", request.user,
+             request.pool, time.monotonic() - began,
+             "no re-placement" if proposal is None else f"{len(proposal.moves)} moves")
+    if proposal is None:
+        return outcome
+    # the same ``freed`` list: a caller reads what a create preempted from the create it made
+    (written,) = create_all(store, [dataclasses.replace(create, proposal=proposal)])
+    return written
+
+
+def _propose(store: BookingStore, request: Booking) -> Replacement | None:
+    pool = store.pool(request.pool)
+    low, high = move_reach(request)
+    bookings, windows = store.overlapping(request.pool, low, high)
+    try:
+        return replacement.place_or_move(
+            pool, bookings, request.start, request.end, request.amount, store.now(), windows,
+            known=(low, high), exact_seconds=store.exact_move_retry_seconds,
+            exact_solver=store.exact_move_solver)
+    except NoCapacity:
+        return None

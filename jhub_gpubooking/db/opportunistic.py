@@ -125,8 +125,7 @@ class OpportunisticBookings:
         refuses never preempts anything.
         """
         new = self.new_preempting(user, pool, gpus, start, end, **options)
-        (outcome,) = self.store.create_all([new])
-        return created(outcome), list(new.freed)
+        return created(self.store.create_one(new)), list(new.freed)
 
     def new_preempting(
         self, user: str, pool: str, gpus: Any, start: datetime, end: datetime, **options: Any

@@ -21,6 +21,7 @@ from ..core import placement as placing
 from ..core import policy as booking_policy
 from ..core.clock import Clock, SystemClock
 from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
+from ..core.exact_moves import DEFAULT_RETRY_SECONDS
 from ..core.exact_moves import DEFAULT_SECONDS as DEFAULT_EXACT_SECONDS
 from ..core.model import Booking, BookingState, MaintenanceWindow, Pool, checked_text
 from ..core.timegrid import as_utc, floor_to_grid, format_time, is_on_grid
@@ -52,6 +53,7 @@ class BookingStore:
         budgets: Any = None,
         exact_move_seconds: float = DEFAULT_EXACT_SECONDS,
         exact_move_solver: str = "auto",
+        exact_move_retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ):
         self._session_factory = session_factory
         self.pools = dict(pools)
@@ -67,6 +69,8 @@ class BookingStore:
         self.exact_move_seconds = exact_move_seconds
         #: which solver answers it (:data:`~..core.ilp_solvers.SOLVERS`)
         self.exact_move_solver = exact_move_solver
+        #: seconds the search may go on without the pool's lock when that ran out (0: off)
+        self.exact_move_retry_seconds = exact_move_retry_seconds
 
     # -- configuration held in memory ------------------------------------------------------
 
@@ -215,11 +219,24 @@ class BookingStore:
         is placed again.
         One transaction: if the booking still does not fit, what it freed is rolled back, and
         the refusal names the earliest free interval of the same length from ``start`` on.
+        When the search for bookings to move ran out of time under the pool's lock, a longer one
+        follows without it (:meth:`search_longer`).
         """
         new = self.new_booking(user, pool, gpus, start, end, note=note, groups=groups,
                                is_admin=is_admin, actor=actor, make_room=make_room)
+        return creates.created(self.create_one(new))
+
+    def create_one(self, new: NewBooking) -> Booking | Exception:
+        """The outcome of the create ``new`` alone, searching longer without the pool's lock
+        when its search under the lock ran out of time (:meth:`search_longer`)."""
         (outcome,) = self.create_all([new])
-        return creates.created(outcome)
+        return self.search_longer(new, outcome)
+
+    def search_longer(self, new: NewBooking,
+                      outcome: Booking | Exception) -> Booking | Exception:
+        """``outcome`` of ``new`` from :meth:`create_all`, or what a longer search without the
+        pool's lock makes of it: see :func:`.creates.search_longer`."""
+        return creates.search_longer(self, new, outcome)
 
     def new_booking(self, user: str, pool: str, gpus: Any, start: datetime, end: datetime,
                     **options: Any) -> NewBooking:

@@ -26,9 +26,9 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from ..core import placement as placing
 from ..core import policy as booking_policy
-from ..core import replacement
+from ..core import proposed_moves, replacement
 from ..core.errors import Conflict, InvalidRequest, NotFound
-from ..core.model import Booking, BookingState, MaintenanceWindow, Placement
+from ..core.model import Booking, BookingState, MaintenanceWindow, Placement, Replacement
 from ..core.timegrid import ceil_to_grid, format_time
 from .convert import booking_from_new_row, booking_from_row, booking_row
 from .models import BookingEventRow, BookingRow, PoolRow
@@ -86,6 +86,12 @@ BIND_BOOKING = (
 #: only bookings inside that wider interval may move (reading a busy pool costs ~0.1 ms per
 #: booking, and bookings reaching further are rarely the ones that can move anyway).
 MOVE_READ_MARGIN = timedelta(hours=4)
+
+
+def move_reach(request: Booking) -> tuple[datetime, datetime]:
+    """The longest interval a create of ``request`` reads to move bookings: the request
+    widened by :data:`MOVE_READ_MARGIN` on each side."""
+    return request.start - MOVE_READ_MARGIN, request.end + MOVE_READ_MARGIN
 
 
 @cache
@@ -346,10 +352,12 @@ class UnitOfWork(BookingChecks):
         })
 
     def place(self, request: Booking, groups: Any, is_admin: bool, now: datetime,
-              actor: str | None) -> Booking:
+              actor: str | None, proposal: Replacement | None = None) -> Booking:
         """Check policy and budgets (not for admins), place ``request`` on the GPUs with the
         least waste and add it; raises the refusal a user would see. Its pool must be locked
         (and every pool a rule counts across, see ``BookingStore.pools_for_rules``).
+        ``proposal``: a re-placement found earlier without the lock, used if it still holds
+        (see :meth:`place_by_moving`).
 
         A refusal comes before anything is written (the moves and the inserts are the last
         steps): creates written together rely on it to need no savepoint each
@@ -366,11 +374,12 @@ class UnitOfWork(BookingChecks):
             pool_spec, bookings, request.start, request.end, request.amount, windows
         )
         if placed is None:
-            placed = self.place_by_moving(request, bookings, windows)
+            placed = self.place_by_moving(request, bookings, windows, proposal)
         return self.add_placed(request.with_changes(placement=placed), actor)
 
     def place_by_moving(self, request: Booking, bookings: list[Booking],
-                        windows: list[MaintenanceWindow]) -> Placement:
+                        windows: list[MaintenanceWindow],
+                        proposal: Replacement | None = None) -> Placement:
         """Placement for ``request`` after moving upcoming, unclaimed bookings of its pool
         (:func:`~..core.replacement.place_or_move`); ``bookings`` and ``windows`` are what
         holds capacity during the request. The moves are written here, each with a "moved"
@@ -380,24 +389,36 @@ class UnitOfWork(BookingChecks):
         widened once, to cover the movable bookings overlapping the request but by at most
         :data:`MOVE_READ_MARGIN` on each side; bookings reaching outside that read stay where
         they are (a bound: one short read keeps a create on a busy pool fast). The exact last
-        resort may take up to the store's ``exact_move_seconds``, under the pool's lock."""
+        resort may take up to the store's ``exact_move_seconds``, under the pool's lock.
+
+        A ``proposal`` (found by ``BookingStore.search_longer`` without the lock, over the
+        whole margin) is written instead when it still holds on the pool as read now
+        (:func:`~..core.proposed_moves.still_holds`); the whole margin is then read, since it
+        may move any booking there."""
         pool_spec = self.store.pools[request.pool]
         # read under the pool's lock: a booking that started while this request waited for
         # the lock has started, and a claim (which takes the same lock) is already visible
         now = self.store.now()
         movable = [b for b in bookings if replacement.is_movable(b, now)]
-        start = max(min([request.start, *(b.start for b in movable)]),
-                    request.start - MOVE_READ_MARGIN)
-        end = min(max([request.end, *(b.end for b in movable)]), request.end + MOVE_READ_MARGIN)
+        reach = move_reach(request)
+        start = max(min([request.start, *(b.start for b in movable)]), reach[0])
+        end = min(max([request.end, *(b.end for b in movable)]), reach[1])
+        if proposal is not None:
+            start, end = reach
         if (start, end) != (request.start, request.end):
             more, windows = overlapping_besides(
                 self.rows(), request.pool, start, end, (request.start, request.end), now)
             bookings = bookings + more
-        found = replacement.place_or_move(
-            pool_spec, bookings, request.start, request.end, request.amount, now, windows,
-            known=(start, end), exact_seconds=self.store.exact_move_seconds,
-            exact_solver=self.store.exact_move_solver,
-        )
+        found = None
+        if proposal is not None:
+            found = proposed_moves.still_holds(pool_spec, bookings, proposal, request.start,
+                                               request.end, request.amount, now, windows)
+        if found is None:
+            found = replacement.place_or_move(
+                pool_spec, bookings, request.start, request.end, request.amount, now, windows,
+                known=(start, end), exact_seconds=self.store.exact_move_seconds,
+                exact_solver=self.store.exact_move_solver,
+            )
         self.move_all([(move.booking, move.placement) for move in found.moves])
         return found.placement
 

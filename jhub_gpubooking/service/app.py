@@ -44,6 +44,7 @@ from ..cluster.access import ClusterAccess
 from ..cluster.nodes import NodeInventory
 from ..cluster.webhook import AdmissionWebhook
 from ..core.clock import Clock, SystemClock
+from ..core.exact_moves import DEFAULT_RETRY_SECONDS
 from ..core.exact_moves import DEFAULT_SECONDS as DEFAULT_EXACT_SECONDS
 from ..core.ilp_solvers import SOLVERS
 from ..core.ilp_solvers import resolve as resolve_solver
@@ -247,6 +248,15 @@ class GPUBookingService(Application):
         "meanwhile, so other creates, claims and cancels in that pool wait; the best "
         "re-placement found in time is used. 0 turns this last resort off.",
     ).tag(config=True)
+    exact_move_retry_seconds = Float(
+        DEFAULT_RETRY_SECONDS,
+        min=0,
+        help="When that search runs out of exact_move_seconds without an answer, search again "
+        "for up to this many seconds without the pool's lock (other creates, claims and "
+        "cancels go on meanwhile), and book what it finds if it still holds once the lock is "
+        "taken again; the user waits that long for the answer. One such search runs at a "
+        "time; a request arriving while it runs is refused as before. 0 refuses at once.",
+    ).tag(config=True)
     exact_move_solver = Enum(
         SOLVERS,
         default_value="auto",
@@ -408,6 +418,7 @@ class GPUBookingService(Application):
             clock=self.clock,
             exact_move_seconds=self.exact_move_seconds,
             exact_move_solver=self.exact_move_solver,
+            exact_move_retry_seconds=self.exact_move_retry_seconds,
             budgets=self.budgets.budget_book(),
         )
         store.sync_pools()

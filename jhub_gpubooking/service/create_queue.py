@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from functools import partial
 
+from ..core.errors import NoCapacity
 from ..core.model import Booking
 from ..db.creates import NewBooking
 
@@ -34,26 +35,41 @@ class CreateQueue:
     """Creates waiting for the database, one queue per set of pools their rules lock.
 
     ``write(creates, seconds)`` writes them in one transaction and answers the outcomes of the
-    first ones, all of them unless it ran out of ``seconds`` (``BookingStore.create_all``)."""
+    first ones, all of them unless it ran out of ``seconds`` (``BookingStore.create_all``);
+    ``search_longer(create, outcome)`` then answers a create's own outcome again, away from
+    the batch (``BookingStore.search_longer``: a search that may take seconds)."""
 
     def __init__(self, executor: Executor,
                  write: Callable[[Sequence[NewBooking], float], list[Booking | Exception]],
+                 search_longer: Callable[[NewBooking, Booking | Exception],
+                                         Booking | Exception] | None = None,
                  limit: int = MAX_CREATES_PER_TRANSACTION):
         self._executor = executor
         self._write = write
+        self._search_longer = search_longer
         self._limit = limit
         self._waiting: dict[tuple[str, ...], Batch] = {}
 
     async def create(self, new: NewBooking) -> Booking:
         """The booking ``new`` creates, or its refusal or error raised; written with the
         creates queued beside it."""
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         key = new.locks
         writing = key in self._waiting  # a batch of these locks is in the database now
         self._waiting.setdefault(key, []).append((new, future))
         if not writing:
             self._write_next(key, [])
-        return await future
+        try:
+            return await future
+        except NoCapacity as refused:
+            if self._search_longer is None or not refused.search_ran_out:
+                raise
+            outcome = await loop.run_in_executor(self._executor, self._search_longer, new,
+                                                 refused)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def _write_next(self, key: tuple[str, ...], written: Batch) -> None:
         """Start the next batch of ``key`` (the creates queued since ``written`` started)."""

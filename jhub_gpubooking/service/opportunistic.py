@@ -53,7 +53,7 @@ class Opportunistic(LoggingConfigurable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.bookings = OpportunisticBookings(self.store, self.lifecycle.bookings)
-        self.creates = CreateQueue(self.executor, self.store.create_all)
+        self.creates = CreateQueue(self.executor, self.store.create_all, self.store.search_longer)
 
     async def grant(
         self, user: str, pool: str, gpus: Any = None, *, groups: Any = (), actor: str | None = None,

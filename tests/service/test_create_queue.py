@@ -5,15 +5,20 @@ against a recording writer here, and against the real service and store below.""
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from fractions import Fraction
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 from sqlalchemy import event
 
+from jhub_gpubooking.core import exact_moves, replacement
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.errors import NoCapacity
+from jhub_gpubooking.core.model import Placement
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.create_queue import MAX_BATCH_SECONDS, CreateQueue
 
@@ -143,6 +148,43 @@ async def test_a_create_whose_request_went_away_does_not_stop_the_others(executo
     assert await kept == "booking of eve"
 
 
+def ran_out(name: str) -> NoCapacity:
+    return NoCapacity(f"no room for {name}", NOW, NOW, Fraction(0), search_ran_out=True)
+
+
+async def test_only_a_refusal_after_a_search_that_ran_out_is_searched_longer(executor):
+    """Apart from its batch: the others are answered before the longer search ends."""
+    answers = {"ada": ran_out("ada"), "eve": "booking of eve",
+               "bob": NoCapacity("full", NOW, NOW, Fraction(0))}
+    searched, release = [], threading.Event()
+
+    def search_longer(create, outcome):
+        searched.append((create.name, outcome))
+        release.wait(timeout=10)
+        return "booking of ada, after a longer search"
+
+    queue = CreateQueue(executor, lambda batch, seconds: [answers[n.name] for n in batch],
+                        search_longer)
+    creates = {name: asyncio.ensure_future(queue.create(new(name))) for name in answers}
+    assert await creates["eve"] == "booking of eve"
+    with pytest.raises(NoCapacity):
+        await creates["bob"]
+    await until(lambda: len(searched) == 1)
+    assert not creates["ada"].done()
+    release.set()
+    assert await creates["ada"] == "booking of ada, after a longer search"
+    assert searched == [("ada", answers["ada"])]
+
+
+async def test_a_longer_search_that_finds_nothing_answers_the_refusal(executor):
+    refused = ran_out("ada")
+    queue = CreateQueue(executor, lambda batch, seconds: [refused],
+                        lambda create, outcome: outcome)
+    with pytest.raises(NoCapacity) as raised:
+        await queue.create(new("ada"))
+    assert raised.value is refused
+
+
 async def test_a_stopped_executor_fails_the_create_instead_of_hanging():
     executor = ThreadPoolExecutor(1)
     executor.shutdown()
@@ -182,3 +224,47 @@ async def test_the_service_writes_concurrent_creates_in_fewer_transactions(tmp_p
     assert len({b.id for b in booked}) == 4
     assert [b.user for b in service.store.list(state=None)] == [b.user for b in booked]
     assert len(writes) < 6  # the first alone, the rest together
+
+
+async def test_the_service_searches_longer_without_the_lock_when_the_exact_step_ran_out(
+        tmp_path):
+    """Through the service's create path: a 17-GPU pool where a whole GPU fits only if one
+    quarter joins the other, the bounded searches given no budget, and the exact program
+    running out of time at the service's exact_move_seconds (solved at the longer limit)."""
+    service = GPUBookingService(
+        db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}", upgrade_db=True,
+        pools=[{"name": "big", "nodes": {"node-x": 2, "node-y": 15}, "slices_per_gpu": 4,
+                "backend": "hami", "gpu_memory_mib": 15360}],
+        hub_api_url="http://127.0.0.1:1/hub/api", api_token="service-token",
+        clock=ManualClock(NOW), default_policy={}, exact_move_seconds=0.5,
+        exact_move_retry_seconds=5,
+    )
+    service.setup()
+    limits = []
+    real = replacement.place_exactly
+
+    def hard_program(*args):
+        limits.append(args[7])
+        found = real(*args)
+        if args[7] == 0.5 and found is not None:
+            raise exact_moves.RanOut("a hard program")
+        return found
+
+    start, end = NOW.replace(hour=12, minute=0), NOW.replace(hour=13, minute=0)
+    store = service.store
+    try:
+        quarters = [store.create(user, "big", "1/4", start, end) for user in ("ada", "bob")]
+        with store.unit_of_work(["big"]) as work:
+            work.move_all([(quarters[0], Placement("node-x", (0,), 1)),
+                           (quarters[1], Placement("node-x", (1,), 1))])
+        store.create("cy", "big", 15, start, end)
+        with mock.patch.multiple(replacement, BOUNDED_EXPANSIONS=0, REPACK_GPU_STEPS=0,
+                                 place_exactly=hard_program):
+            whole = await service.opportunistic.create_booking("dee", "big", 1, start, end,
+                                                               actor="dee")
+    finally:
+        service.executor.shutdown(wait=True)
+    assert limits == [0.5, 5]
+    assert whole.placement.node == "node-x"
+    gpus = [store.get(q.id).placement.gpus for q in quarters]
+    assert gpus[0] == gpus[1] != whole.placement.gpus

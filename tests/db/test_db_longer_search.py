@@ -1,0 +1,147 @@
+"""A create whose exact re-placement ran out of time under the pool's lock searches again
+without it, and writes what it finds only if it still holds (issue 17, item 1), on every backend.
+
+The pool is above the exact chain's limit (17 GPUs) and the bounded chain and repack get no
+budget, so only the integer program can let the whole GPU in; that program "runs out of time"
+whenever it is given the store's short limit (a stand-in for a hard program) and is solved for
+real when given the longer one.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+from db_test_times import at
+
+from jhub_gpubooking.core import exact_moves, replacement
+from jhub_gpubooking.core.errors import NoCapacity
+from jhub_gpubooking.core.model import Placement, Pool
+from jhub_gpubooking.core.placement import overbooked_instants
+
+BIG = Pool(name="big", nodes={"node-x": 2, "node-y": 15}, slices_per_gpu=4, backend="hami")
+SHORT, LONG = 0.5, 5.0
+
+
+@pytest.fixture
+def big_store(make_store, pools):
+    return make_store(pools={**pools, "big": BIG}, exact_move_seconds=SHORT,
+                      exact_move_retry_seconds=LONG)
+
+
+def fragmented(store):
+    """Two quarters on both GPUs of node-x and node-y full: a whole GPU fits only if one
+    quarter joins the other."""
+    first = store.create("alice", "big", "1/4", at(11), at(12))
+    second = store.create("bob", "big", "1/4", at(11), at(12))
+    with store.unit_of_work(["big"]) as work:
+        work.move_all([(first, Placement("node-x", (0,), 1)),
+                       (second, Placement("node-x", (1,), 1))])
+    store.create("carol", "big", 15, at(11), at(12))
+    return store.get(first.id), store.get(second.id)
+
+
+class HardPrograms:
+    """``place_exactly`` running out of time at the short limit when a re-placement exists
+    (it still proves quickly that none does), solving at the long one; ``between`` runs after
+    a long solve, before the create takes the lock again."""
+
+    def __init__(self, between=None):
+        self.limits: list[float] = []
+        self.between = between
+        self.real = replacement.place_exactly
+
+    def __call__(self, *args):
+        limit = args[7]
+        self.limits.append(limit)
+        found = self.real(*args)
+        if limit == SHORT and found is not None:
+            raise exact_moves.RanOut("a hard program")
+        if self.between is not None:
+            self.between()
+        return found
+
+    def patched(self):
+        return mock.patch.multiple(replacement, BOUNDED_EXPANSIONS=0, REPACK_GPU_STEPS=0,
+                                   place_exactly=self)
+
+
+def pool_bookings(store):
+    return [b for b in store.list() if b.pool == "big"]
+
+
+def test_a_search_that_ran_out_under_the_lock_goes_on_without_it(big_store):
+    first, second = fragmented(big_store)
+    hard = HardPrograms()
+    with hard.patched():
+        whole = big_store.create("dave", "big", 1, at(11), at(12))
+    # the short step under the lock ran out, the longer one without it found the move
+    assert hard.limits == [SHORT, LONG]
+    after = {b.id: big_store.get(b.id) for b in (first, second)}
+    assert after[first.id].placement == after[second.id].placement
+    assert whole.placement == Placement("node-x", (1 - after[first.id].placement.gpus[0],), 4)
+    (original,) = [b for b in (first, second) if after[b.id].placement != b.placement]
+    event = big_store.history(original.id)[-1]
+    assert (event.kind, event.detail["old_gpu_indices"], event.detail["gpu_indices"]) == (
+        "moved", list(original.placement.gpus), list(after[original.id].placement.gpus))
+    assert [e.kind for e in big_store.history(whole.id)] == ["created"]
+    assert overbooked_instants(BIG, pool_bookings(big_store)) == []
+
+
+def test_a_proposal_that_no_longer_holds_is_not_written(big_store):
+    """While the longer search ran, the quarter it moves was moved by someone else: the create
+    searches again under the lock (which runs out again here) and is refused; nothing it found
+    earlier is written."""
+    first, second = fragmented(big_store)
+
+    def someone_moves_the_quarters():
+        with big_store.unit_of_work(["big"]) as work:
+            work.move_all([(big_store.get(first.id), Placement("node-x", (1,), 1)),
+                           (big_store.get(second.id), Placement("node-x", (0,), 1))])
+
+    hard = HardPrograms(between=someone_moves_the_quarters)
+    with hard.patched(), pytest.raises(NoCapacity) as refused:
+        big_store.create("dave", "big", 1, at(11), at(12))
+    # under the lock, out of time; without it, a proposal; under the lock again, out of time
+    assert hard.limits == [SHORT, LONG, SHORT]
+    assert refused.value.search_ran_out
+    assert refused.value.next_free is not None  # the refusal still names the next free slot
+    assert [b.user for b in pool_bookings(big_store)] == ["alice", "bob", "carol"]
+    assert big_store.get(first.id).placement == Placement("node-x", (1,), 1)
+    assert big_store.get(second.id).placement == Placement("node-x", (0,), 1)
+    assert overbooked_instants(BIG, pool_bookings(big_store)) == []
+
+
+def test_a_proposal_is_written_when_only_unrelated_bookings_changed(big_store):
+    fragmented(big_store)
+    # a booking in the same pool, within the create's reach, but not in the proposal's way
+    hard = HardPrograms(between=lambda: big_store.create("erin", "big", "1/4", at(13), at(14)))
+    with hard.patched():
+        whole = big_store.create("dave", "big", 1, at(11), at(12))
+    assert hard.limits == [SHORT, LONG]
+    assert whole.placement.node == "node-x"
+    assert overbooked_instants(BIG, pool_bookings(big_store)) == []
+
+
+def test_without_a_longer_search_the_refusal_comes_at_once(make_store, pools):
+    store = make_store(pools={**pools, "big": BIG}, exact_move_seconds=SHORT,
+                       exact_move_retry_seconds=0)
+    fragmented(store)
+    hard = HardPrograms()
+    with hard.patched(), pytest.raises(NoCapacity) as refused:
+        store.create("dave", "big", 1, at(11), at(12))
+    assert hard.limits == [SHORT]
+    assert refused.value.search_ran_out
+
+
+def test_a_refusal_the_search_proved_is_not_searched_again(big_store):
+    """A full pool: the program proves there is no re-placement, so nobody searches longer."""
+    fragmented(big_store)
+    # a half beside each quarter: 2 slices free on node-x in all, no whole GPU however placed
+    big_store.create("erin", "big", "1/2", at(11), at(12))
+    big_store.create("frank", "big", "1/2", at(11), at(12))
+    hard = HardPrograms()
+    with hard.patched(), pytest.raises(NoCapacity) as refused:
+        big_store.create("dave", "big", 1, at(11), at(12))
+    assert hard.limits == [SHORT]
+    assert not refused.value.search_ran_out
