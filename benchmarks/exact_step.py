@@ -12,7 +12,9 @@ last resort on that solver and the service's default time limit
 (``exact_moves.DEFAULT_SECONDS``), and every exact step is recorded: its wall time, the
 process's CPU time (the portfolio's HiGHS thread included), the solver's answer (optimal,
 infeasible, or the time ran out with or without a re-placement) and whether it admitted the
-request. Then every fragmentation refusal not blocked by started bookings is decided by the
+request; the longer searches that follow a step that ran out without an answer (the service's
+search without the pool's lock, ``exact_moves.DEFAULT_RETRY_SECONDS``) are recorded apart.
+Then every fragmentation refusal not blocked by started bookings is decided by the
 exact check of :mod:`.avoidable` (``--exact-seconds`` each, with the default solver for every
 replay, so the replays are judged by the same oracle). The table is the one of
 docs/benchmarks.md, "CP-SAT and the portfolio for the exact last resort".
@@ -44,12 +46,15 @@ SOLVERS = ("highs", "cpsat", "portfolio")
 
 @dataclass
 class Steps:
-    """The exact steps of one replay: per step wall s, CPU s, solver status, admitted."""
+    """The exact steps of one replay: per step wall s, CPU s, solver status, admitted; the
+    longer searches after a step ran out (``exact_moves.DEFAULT_RETRY_SECONDS``, the service's
+    search without the pool's lock) are kept apart in ``retries``."""
 
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     status: list[str] = field(default_factory=list)
     admitted: list[bool] = field(default_factory=list)
+    retries: Steps | None = None
 
     def summary(self, time_limit: float) -> dict:
         ran_out = [s for s in self.status if s in ("feasible", "unknown")]
@@ -64,6 +69,8 @@ class Steps:
             "admitted": sum(self.admitted),
             "wall_p50_s": percentile(wall, 50), "wall_p99_s": percentile(wall, 99),
             "wall_max_s": max(wall), "cpu_total_s": sum(self.cpu),
+            **({"retries": self.retries.summary(exact_moves.DEFAULT_RETRY_SECONDS)}
+               if self.retries is not None else {}),
         }
 
 
@@ -72,19 +79,31 @@ def recording(steps: Steps):
     """Record every exact step the core takes while the block runs."""
     solve, place = exact_moves.solve_binary, replacement.place_exactly
 
+    steps.retries = Steps()
+    recorded = [steps]
+
     def solve_recorded(*args, **kwargs):
         answer = solve(*args, **kwargs)
-        steps.status[-1] = answer.status
+        recorded[-1].status[-1] = answer.status
         return answer
 
     def place_recorded(*args, **kwargs):
+        # replacement calls it as (pool, staying, movable, start, end, amount, maintenance,
+        # seconds, solver)
+        limit = args[7] if len(args) > 7 else kwargs.get("time_limit",
+                                                          exact_moves.DEFAULT_SECONDS)
+        steps_now = steps if limit <= exact_moves.DEFAULT_SECONDS else steps.retries
+        recorded.append(steps_now)
         # "no program": what stays leaves the request no GPU, so nothing was solved
-        steps.status.append("no program")
+        steps_now.status.append("no program")
         wall, cpu = time.perf_counter(), time.process_time()
-        found = place(*args, **kwargs)
-        steps.wall.append(time.perf_counter() - wall)
-        steps.cpu.append(time.process_time() - cpu)
-        steps.admitted.append(found is not None)
+        found = None
+        try:  # raises exact_moves.RanOut when the time ran out without an answer
+            found = place(*args, **kwargs)
+        finally:
+            steps_now.wall.append(time.perf_counter() - wall)
+            steps_now.cpu.append(time.process_time() - cpu)
+            steps_now.admitted.append(found is not None)
         return found
 
     with mock.patch.object(exact_moves, "solve_binary", solve_recorded), \
@@ -119,6 +138,8 @@ def print_results(results: list[dict]) -> None:
             f"{steps['ran_out']} ({steps['ran_out_with_solution']} / "
             f"{steps['ran_out_without_solution']})",
             steps["admitted"],
+            f"{steps['retries']['admitted']} / {steps['retries']['calls']} "
+            f"({steps['retries']['wall_max_s']:.1f})",
             f"{r['fragmentation_refusals_avoidable']} ({exact['not_blocked']}; "
             f"{exact['undecided']})",
             r["moved_bookings"], r["share_of_time_resolved_bound"], r["fairness"],
@@ -130,6 +151,8 @@ def print_results(results: list[dict]) -> None:
         ["solver", "exact step calls",
          f"ran out of {exact_moves.DEFAULT_SECONDS:g} s (with / without a solution)",
          "admitted by the step",
+         f"then {exact_moves.DEFAULT_RETRY_SECONDS:g} s without the lock: admitted / calls "
+         "(max s)",
          "avoidable fragmentation refusals (of not blocked; undecided)", "bookings moved",
          "share of time-resolved bound", "Jain", "no-show reclaimed", "admitted GPU-h",
          "refused requests", "step wall s p50 / p99 / max", "step CPU s", "replay min"],

@@ -1,7 +1,8 @@
 """Lab-trace simulation: a semester of bookings replayed against the booking core.
 
-Run from the repository root (each re-placing replay of a seed takes about 6 minutes on 2 quiet
-cores, most of it in the exact last resort of ``place_or_move``, about 3,000 calls of up to 1 s;
+Run from the repository root (each re-placing replay of a seed takes about 13 minutes on 2 quiet
+cores, most of it in the exact last resort of ``place_or_move``, about 3,000 calls of up to 1 s
+and a few dozen longer searches of up to 10 s after those that ran out;
 plus 0.3-1 s per refusal the ILP decides, about 1,000 per seed: ``--exact-sample 150`` decides
 a sample; ``--tiny`` takes seconds)::
 
@@ -326,8 +327,9 @@ def diagnose(trace: Trace, product: dict, by_name: dict[str, dict]) -> list[str]
             f"{decided}) finds {product['fragmentation_refusals_avoidable']} that some "
             "re-placement of upcoming bookings would have let in: place_or_move's exact last "
             "resort (the same ILP) has a time limit of "
-            f"{exact_moves.DEFAULT_SECONDS:g} s per create, the check 30 s, so these are the "
-            "ones it stopped on in time. The rest need their room themselves."
+            f"{exact_moves.DEFAULT_SECONDS:g} s per create under the pool's lock and "
+            f"{exact_moves.DEFAULT_RETRY_SECONDS:g} s more without it, the check 30 s, so these "
+            "are the ones it ran out of time on. The rest need their room themselves."
         )
     if product["fairness"] < 0.9:
         notes.append(f"Fairness {product['fairness']:.3f} over {product['contended_users']} "

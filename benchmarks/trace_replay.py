@@ -18,6 +18,7 @@ the waitlist like any other freed capacity.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import defaultdict
@@ -65,10 +66,19 @@ def re_placing(pool, existing, start, end, amount, now, *,
     bookings, with the service's default time for its exact last resort (and its default
     solver unless ``solver`` names one, see :mod:`jhub_gpubooking.core.ilp_solvers`).
     ``existing`` holds every live booking within :data:`LONGEST_BOOKING` of the request, so
-    it is complete for every booking that may move (``known``)."""
-    found = place_or_move(pool, existing, start, end, amount, now,
-                          known=(start - LONGEST_BOOKING, end + LONGEST_BOOKING),
-                          exact_seconds=exact_moves.DEFAULT_SECONDS, exact_solver=solver)
+    it is complete for every booking that may move (``known``). When the exact last resort
+    runs out of its time, the service searches again without the pool's lock for
+    ``exact_moves.DEFAULT_RETRY_SECONDS`` (:mod:`jhub_gpubooking.core.proposed_moves`); in a
+    replay nothing changes meanwhile, so that is the same search with the longer limit."""
+    place = functools.partial(place_or_move, pool, existing, start, end, amount, now,
+                              known=(start - LONGEST_BOOKING, end + LONGEST_BOOKING),
+                              exact_solver=solver)
+    try:
+        found = place(exact_seconds=exact_moves.DEFAULT_SECONDS)
+    except NoCapacity as refused:
+        if not refused.search_ran_out or exact_moves.DEFAULT_RETRY_SECONDS <= 0:
+            raise
+        found = place(exact_seconds=exact_moves.DEFAULT_RETRY_SECONDS)
     return found.placement, tuple((move.booking.id, move.placement) for move in found.moves)
 
 
