@@ -1,11 +1,17 @@
 """Helpers of the database tests that look into a store: the statements it sends, a booking
-put on a chosen GPU (a plain module, importable from every test file, unlike a conftest)."""
+put on a chosen GPU, a large pool fragmented so that only moving a booking lets a whole GPU in
+(a plain module, importable from every test file, unlike a conftest)."""
 
 from __future__ import annotations
 
+from db_test_times import at
 from sqlalchemy import event
 
-from jhub_gpubooking.core.model import Placement
+from jhub_gpubooking.core.model import Placement, Pool
+
+#: Above the exhaustive chain's limit (17 GPUs): with the bounded chain and repack given no
+#: budget, only the exact program moves bookings here.
+BIG = Pool(name="big", nodes={"node-x": 2, "node-y": 15}, slices_per_gpu=4, backend="hami")
 
 
 def statements(store) -> list[str]:
@@ -23,3 +29,28 @@ def on_gpu(store, booking, gpu: int):
     with store.unit_of_work(["t4"]) as work:
         work.move_all([(booking, Placement("node-c", (gpu,), booking.placement.slices))])
     return store.get(booking.id)
+
+
+def fragmented_big(store):
+    """On :data:`BIG`, 11:00-12:00: a quarter on each GPU of node-x and node-y full, so a
+    whole GPU fits only if one quarter joins the other. Returns the two quarters as stored."""
+    first = store.create("alice", "big", "1/4", at(11), at(12))
+    second = store.create("bob", "big", "1/4", at(11), at(12))
+    with store.unit_of_work(["big"]) as work:
+        work.move_all([(first, Placement("node-x", (0,), 1)),
+                       (second, Placement("node-x", (1,), 1))])
+    store.create("carol", "big", 15, at(11), at(12))
+    return store.get(first.id), store.get(second.id)
+
+
+def assert_one_quarter_joined(store, quarters, whole) -> None:
+    """``whole`` got in by moving one of the two ``quarters`` (as stored before) next to the
+    other, and that move is in its history as a "moved" event with both placements."""
+    first, second = quarters
+    after = {b.id: store.get(b.id) for b in quarters}
+    assert after[first.id].placement == after[second.id].placement
+    assert whole.placement == Placement("node-x", (1 - after[first.id].placement.gpus[0],), 4)
+    (original,) = [b for b in quarters if after[b.id].placement != b.placement]
+    event = store.history(original.id)[-1]
+    assert (event.kind, event.detail["old_gpu_indices"], event.detail["gpu_indices"]) == (
+        "moved", list(original.placement.gpus), list(after[original.id].placement.gpus))

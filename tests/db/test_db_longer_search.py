@@ -12,14 +12,14 @@ from __future__ import annotations
 from unittest import mock
 
 import pytest
+from db_test_store import BIG, assert_one_quarter_joined, fragmented_big
 from db_test_times import at
 
 from jhub_gpubooking.core import exact_moves, replacement
 from jhub_gpubooking.core.errors import NoCapacity
-from jhub_gpubooking.core.model import Placement, Pool
+from jhub_gpubooking.core.model import Placement
 from jhub_gpubooking.core.placement import overbooked_instants
 
-BIG = Pool(name="big", nodes={"node-x": 2, "node-y": 15}, slices_per_gpu=4, backend="hami")
 SHORT, LONG = 0.5, 5.0
 
 
@@ -27,18 +27,6 @@ SHORT, LONG = 0.5, 5.0
 def big_store(make_store, pools):
     return make_store(pools={**pools, "big": BIG}, exact_move_seconds=SHORT,
                       exact_move_retry_seconds=LONG)
-
-
-def fragmented(store):
-    """Two quarters on both GPUs of node-x and node-y full: a whole GPU fits only if one
-    quarter joins the other."""
-    first = store.create("alice", "big", "1/4", at(11), at(12))
-    second = store.create("bob", "big", "1/4", at(11), at(12))
-    with store.unit_of_work(["big"]) as work:
-        work.move_all([(first, Placement("node-x", (0,), 1)),
-                       (second, Placement("node-x", (1,), 1))])
-    store.create("carol", "big", 15, at(11), at(12))
-    return store.get(first.id), store.get(second.id)
 
 
 class HardPrograms:
@@ -71,19 +59,13 @@ def pool_bookings(store):
 
 
 def test_a_search_that_ran_out_under_the_lock_goes_on_without_it(big_store):
-    first, second = fragmented(big_store)
+    quarters = fragmented_big(big_store)
     hard = HardPrograms()
     with hard.patched():
         whole = big_store.create("dave", "big", 1, at(11), at(12))
     # the short step under the lock ran out, the longer one without it found the move
     assert hard.limits == [SHORT, LONG]
-    after = {b.id: big_store.get(b.id) for b in (first, second)}
-    assert after[first.id].placement == after[second.id].placement
-    assert whole.placement == Placement("node-x", (1 - after[first.id].placement.gpus[0],), 4)
-    (original,) = [b for b in (first, second) if after[b.id].placement != b.placement]
-    event = big_store.history(original.id)[-1]
-    assert (event.kind, event.detail["old_gpu_indices"], event.detail["gpu_indices"]) == (
-        "moved", list(original.placement.gpus), list(after[original.id].placement.gpus))
+    assert_one_quarter_joined(big_store, quarters, whole)
     assert [e.kind for e in big_store.history(whole.id)] == ["created"]
     assert overbooked_instants(BIG, pool_bookings(big_store)) == []
 
@@ -92,7 +74,7 @@ def test_a_proposal_that_no_longer_holds_is_not_written(big_store):
     """While the longer search ran, the quarter it moves was moved by someone else: the create
     searches again under the lock (which runs out again here) and is refused; nothing it found
     earlier is written."""
-    first, second = fragmented(big_store)
+    first, second = fragmented_big(big_store)
 
     def someone_moves_the_quarters():
         with big_store.unit_of_work(["big"]) as work:
@@ -113,7 +95,7 @@ def test_a_proposal_that_no_longer_holds_is_not_written(big_store):
 
 
 def test_a_proposal_is_written_when_only_unrelated_bookings_changed(big_store):
-    fragmented(big_store)
+    fragmented_big(big_store)
     # a booking in the same pool, within the create's reach, but not in the proposal's way
     hard = HardPrograms(between=lambda: big_store.create("erin", "big", "1/4", at(13), at(14)))
     with hard.patched():
@@ -126,7 +108,7 @@ def test_a_proposal_is_written_when_only_unrelated_bookings_changed(big_store):
 def test_without_a_longer_search_the_refusal_comes_at_once(make_store, pools):
     store = make_store(pools={**pools, "big": BIG}, exact_move_seconds=SHORT,
                        exact_move_retry_seconds=0)
-    fragmented(store)
+    fragmented_big(store)
     hard = HardPrograms()
     with hard.patched(), pytest.raises(NoCapacity) as refused:
         store.create("dave", "big", 1, at(11), at(12))
@@ -136,7 +118,7 @@ def test_without_a_longer_search_the_refusal_comes_at_once(make_store, pools):
 
 def test_a_refusal_the_search_proved_is_not_searched_again(big_store):
     """A full pool: the program proves there is no re-placement, so nobody searches longer."""
-    fragmented(big_store)
+    fragmented_big(big_store)
     # a half beside each quarter: 2 slices free on node-x in all, no whole GPU however placed
     big_store.create("erin", "big", "1/2", at(11), at(12))
     big_store.create("frank", "big", "1/2", at(11), at(12))

@@ -10,12 +10,12 @@ from fractions import Fraction
 from unittest import mock
 
 import pytest
-from db_test_store import on_gpu
+from db_test_store import BIG, assert_one_quarter_joined, fragmented_big, on_gpu
 from db_test_times import at
 
 from jhub_gpubooking.core import replacement
 from jhub_gpubooking.core.errors import NoCapacity
-from jhub_gpubooking.core.model import Placement, Pool
+from jhub_gpubooking.core.model import Placement
 from jhub_gpubooking.core.placement import overbooked_instants
 
 
@@ -99,36 +99,23 @@ def test_a_create_on_a_large_pool_moves_bookings_by_the_exact_last_resort(make_s
     """A pool above the exact search's limit (17 GPUs), the bounded chain and repack given no
     budget: the whole GPU still gets in, the integer program moving one quarter, and the move
     is written with its event like any other."""
-    big = Pool(name="big", nodes={"node-x": 2, "node-y": 15}, slices_per_gpu=4, backend="hami")
-    store = make_store(pools={**pools, "big": big})
-    first = store.create("alice", "big", "1/4", at(11), at(12))
-    second = store.create("bob", "big", "1/4", at(11), at(12))
-    with store.unit_of_work(["big"]) as work:
-        work.move_all([(first, Placement("node-x", (0,), 1)),
-                       (second, Placement("node-x", (1,), 1))])
-    first, second = store.get(first.id), store.get(second.id)
-    store.create("carol", "big", 15, at(11), at(12))
+    store = make_store(pools={**pools, "big": BIG})
+    quarters = fragmented_big(store)
     with mock.patch.multiple(replacement, BOUNDED_EXPANSIONS=0, REPACK_GPU_STEPS=0):
         whole = store.create("dave", "big", 1, at(11), at(12))
-    after = {b.id: store.get(b.id) for b in (first, second)}
-    assert after[first.id].placement == after[second.id].placement
-    assert whole.placement == Placement("node-x", (1 - after[first.id].placement.gpus[0],), 4)
-    (original,) = [b for b in (first, second) if after[b.id].placement != b.placement]
-    event = store.history(original.id)[-1]
-    assert (event.kind, event.detail["old_gpu_indices"], event.detail["gpu_indices"]) == (
-        "moved", list(original.placement.gpus), list(after[original.id].placement.gpus))
-    assert overbooked_instants(big, [b for b in store.list() if b.pool == "big"]) == []
+    assert_one_quarter_joined(store, quarters, whole)
+    assert overbooked_instants(BIG, [b for b in store.list() if b.pool == "big"]) == []
     # with the last resort off, the same create is refused
     store.cancel(whole.id, "dave")
-    for booking in (first, second):
+    for booking in quarters:
         with store.unit_of_work(["big"]) as work:
             work.move_all([(store.get(booking.id), booking.placement)])
-    off = make_store(pools={**pools, "big": big}, exact_move_seconds=0)
+    off = make_store(pools={**pools, "big": BIG}, exact_move_seconds=0)
     no_budget = mock.patch.multiple(replacement, BOUNDED_EXPANSIONS=0, REPACK_GPU_STEPS=0)
     with no_budget, pytest.raises(NoCapacity):
         off.create("dave", "big", 1, at(11), at(12))
     # the store's solver answers the program
-    highs = make_store(pools={**pools, "big": big}, exact_move_solver="highs")
+    highs = make_store(pools={**pools, "big": BIG}, exact_move_solver="highs")
     exact = mock.patch.object(replacement, "place_exactly", wraps=replacement.place_exactly)
     with no_budget, exact as asked:
         again = highs.create("dave", "big", 1, at(11), at(12))
