@@ -399,12 +399,13 @@ class UnitOfWork(BookingChecks):
         # read under the pool's lock: a booking that started while this request waited for
         # the lock has started, and a claim (which takes the same lock) is already visible
         now = self.store.now()
-        movable = [b for b in bookings if replacement.is_movable(b, now)]
         reach = move_reach(request)
-        start = max(min([request.start, *(b.start for b in movable)]), reach[0])
-        end = min(max([request.end, *(b.end for b in movable)]), reach[1])
         if proposal is not None:
-            start, end = reach
+            start, end = reach  # the proposal may move any booking within reach
+        else:
+            movable = [b for b in bookings if replacement.is_movable(b, now)]
+            start = max(min([request.start, *(b.start for b in movable)]), reach[0])
+            end = min(max([request.end, *(b.end for b in movable)]), reach[1])
         if (start, end) != (request.start, request.end):
             more, windows = overlapping_besides(
                 self.rows(), request.pool, start, end, (request.start, request.end), now)

@@ -63,6 +63,8 @@ class CreateQueue:
         try:
             return await future
         except NoCapacity as refused:
+            # BookingStore.search_longer answers any other refusal unchanged; asking here too
+            # spares a plain refusal a second hop to the executor
             if self._search_longer is None or not refused.search_ran_out:
                 raise
             outcome = await loop.run_in_executor(self._executor, self._search_longer, new,
