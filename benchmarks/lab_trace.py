@@ -111,13 +111,22 @@ TARGETS: dict[str, tuple[str, float] | None] = {
 # ------------------------------------------------------------------------- measures
 
 
-def reused_gpu_hours(pool: Pool, outcome: Outcome) -> Fraction:
-    """GPU-hours of released no-show capacity that later bookings actually hold.
+def _slices_over(changes: list[tuple[datetime, int, int]], capacity: int) -> int:
+    """Slice-seconds held beyond ``capacity - R`` while ``R`` slices are released, from
+    (when, held change, released change) events."""
+    over_seconds = 0
+    used = released = 0
+    previous = None
+    for when, used_change, released_change in sorted(changes):
+        if previous is not None and released:
+            over = min(max(used - (capacity - released), 0), released)
+            over_seconds += over * int((when - previous).total_seconds())
+        used, released, previous = used + used_change, released + released_change, when
+    return over_seconds
 
-    While a GPU has ``R`` released slices, the bookings on it could hold at most ``S - R``
-    had nothing been released; whatever they hold above that uses released slices.
-    """
-    capacity = pool.slices_per_gpu
+
+def _release_changes(outcome: Outcome) -> dict[tuple[str, int], list[tuple[datetime, int, int]]]:
+    """Per GPU, the (when, held change, released change) events of the replay."""
     changes: dict[tuple[str, int], list[tuple[datetime, int, int]]] = defaultdict(list)
     for booking in outcome.admitted.values():
         if booking.holds_capacity:
@@ -132,17 +141,31 @@ def reused_gpu_hours(pool: Pool, outcome: Outcome) -> Fraction:
                 (freed_from, 0, original.placement.slices),
                 (original.end, 0, -original.placement.slices),
             ]
-    reused_slice_seconds = 0
-    for gpu_changes in changes.values():
-        gpu_changes.sort()
-        used = released = 0
-        previous = None
-        for when, used_change, released_change in gpu_changes:
-            if previous is not None and released:
-                over = min(max(used - (capacity - released), 0), released)
-                reused_slice_seconds += over * int((when - previous).total_seconds())
-            used, released, previous = used + used_change, released + released_change, when
-    return Fraction(reused_slice_seconds, capacity * 3600)
+    return changes
+
+
+def reused_gpu_hours(pool: Pool, outcome: Outcome) -> Fraction:
+    """GPU-hours of released no-show capacity that later bookings actually hold.
+
+    While a GPU has ``R`` released slices, the bookings on it could hold at most ``S - R``
+    had nothing been released; whatever they hold above that uses released slices.
+    """
+    capacity = pool.slices_per_gpu
+    reused = sum(_slices_over(events, capacity) for events in _release_changes(outcome).values())
+    return Fraction(reused, capacity * 3600)
+
+
+def needed_gpu_hours(pool: Pool, outcome: Outcome) -> Fraction:
+    """GPU-hours of released no-show capacity the pool as a whole needed: while ``R`` slices
+    are released, whatever the pool's bookings hold beyond its slices minus ``R``.
+
+    The same count as :func:`reused_gpu_hours` over the pool instead of each GPU, so it does
+    not depend on where the scheduler put a booking: a booking placed on a released GPU while
+    another GPU was free counts as reused, not as needed. It is at most the reused hours.
+    """
+    capacity = pool.total_gpus * pool.slices_per_gpu
+    everything = [event for events in _release_changes(outcome).values() for event in events]
+    return Fraction(_slices_over(everything, capacity), pool.slices_per_gpu * 3600)
 
 
 def fluid_bounds(trace: Trace) -> tuple[Fraction, Fraction, Fraction]:
@@ -185,6 +208,7 @@ def measure(trace: Trace, outcome: Outcome) -> dict:
         Fraction(0),
     )
     reused = reused_gpu_hours(trace.pool, outcome)
+    needed = needed_gpu_hours(trace.pool, outcome)
     served: dict[str, list[Fraction]] = defaultdict(lambda: [Fraction(0), Fraction(0)])
     for request_id in outcome.contended:
         request = requests[request_id]
@@ -220,6 +244,8 @@ def measure(trace: Trace, outcome: Outcome) -> dict:
         "released_gpu_hours": float(released),
         "reused_gpu_hours": float(reused),
         "no_show_reclaimed": float(reused / no_show_hours) if no_show_hours else 1.0,
+        "needed_gpu_hours": float(needed),
+        "no_show_needed": float(needed / no_show_hours) if no_show_hours else 1.0,
         "contended_users": len(served),
         "refused_share_by_amount": {
             amount: refused / asked for amount, (refused, asked) in by_amount.items()
@@ -312,7 +338,10 @@ def diagnose(trace: Trace, product: dict, by_name: dict[str, dict]) -> list[str]
             f"or wait ({product['booked_from_waitlist']} of {product['waited_requests']} waits "
             f"were booked; {product['started_early']} of {product['start_early_offers']} "
             "bookings offered an early start took it): released time is short notice, and "
-            "outside the peaks nobody needs it."
+            "outside the peaks nobody needs it. Counted over the pool instead of each GPU, "
+            f"only {product['no_show_needed']:.3f} of the no-show GPU-h were needed: held while "
+            "the bookings held more than the pool could have without the release; the rest of "
+            "the reused time landed on released GPUs while others were free."
         )
     if product["fragmentation_refusals_avoidable"] > 0:
         exact = product["fragmentation_refusals_exact"]
@@ -341,14 +370,14 @@ def print_replays(results: list[dict]) -> None:
     print(markdown_table(
         ["replay", "admitted GPU-h", "of time-resolved bound", "refused requests",
          "capacity refusals", "frag. spatial", "frag. temporal", "blocked by started", "moves",
-         "waits booked", "started early", "no-show GPU-h", "reused", "reclaimed", "Jain"],
+         "waits booked", "started early", "no-show GPU-h", "reused", "reclaimed", "needed", "Jain"],
         [[r["replay"], round(r["admitted_gpu_hours"], 1), r["share_of_time_resolved_bound"],
           r["refused_requests"], r["refusals_capacity"], r["refusals_fragmentation_spatial"],
           r["refusals_fragmentation_temporal"], r["fragmentation_refusals_blocked_by_started"],
           r["moved_bookings"], f"{r['booked_from_waitlist']}/{r['waited_requests']}",
           f"{r['started_early']}/{r['start_early_offers']}",
           round(r["no_show_gpu_hours"], 1), round(r["reused_gpu_hours"], 1),
-          r["no_show_reclaimed"], r["fairness"]]
+          r["no_show_reclaimed"], r["no_show_needed"], r["fairness"]]
          for r in results],
     ))
 

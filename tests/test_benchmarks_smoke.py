@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.common import exact_sample_size, median_ci, run_jobs
-from benchmarks.lab_trace import TARGETS, jain_index, reused_gpu_hours
+from benchmarks.lab_trace import TARGETS, jain_index, needed_gpu_hours, reused_gpu_hours
 from benchmarks.trace_replay import Outcome, classify_refusal, first_fit
 from benchmarks.tracegen import TraceShape, generate
 from jhub_gpubooking.core.errors import NoCapacity
@@ -75,6 +75,7 @@ def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
         ) == (replay["fragmentation_refusals_not_blocked"]
               + replay["fragmentation_refusals_blocked_by_started"])
         assert 0 <= replay["reused_gpu_hours"] <= replay["released_gpu_hours"] + 1e-9
+        assert 0 <= replay["needed_gpu_hours"] <= replay["reused_gpu_hours"] + 1e-9
         assert replay["released_gpu_hours"] <= replay["no_show_gpu_hours"] + 1e-9
         assert 0 <= replay["booked_from_waitlist"] <= replay["waited_requests"]
         assert 0 <= replay["started_early"] <= replay["start_early_offers"]
@@ -86,6 +87,7 @@ def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
     assert by_name["re-placing + waitlist, no start early"]["start_early_offers"] == 0
     never = by_name["re-placing + waitlist + start early, no no-show release"]
     assert never["released_gpu_hours"] == never["reused_gpu_hours"] == 0
+    assert never["needed_gpu_hours"] == never["no_show_needed"] == 0
 
     # the targets: exactly the six names, each on both seeds, the first seed's from its replays
     targets = results["targets"]
@@ -380,6 +382,27 @@ def test_reused_hours_count_only_slices_beyond_what_fitted_anyway():
     }
 
     assert reused_gpu_hours(POOL, outcome) == Fraction(1)
+    # the pool's other three GPUs were free but for n2's first one: the pool never needed the
+    # released GPU
+    assert needed_gpu_hours(POOL, outcome) == 0
+
+
+def test_needed_hours_count_what_the_pool_held_beyond_its_gpus_minus_the_released():
+    hour = timedelta(hours=1)
+    no_show = booking("n1", (0,), 4, 0, 4, Fraction(1), 1)
+    outcome = Outcome("case")
+    outcome.released.append((no_show, T0 + hour))
+    outcome.admitted = {
+        1: no_show.with_changes(end=T0 + hour),
+        # from 1 h to 3 h the other three GPUs are taken: the half GPU on the freed one is
+        # needed; from 3 h to 4 h n2's GPUs are free again, so its last hour is not
+        2: booking("n1", (0,), 2, 1, 4, Fraction(1, 2), 2),
+        3: booking("n1", (1,), 4, 0, 3, Fraction(1), 3),
+        4: booking("n2", (0, 1), 4, 0, 3, Fraction(2), 4),
+    }
+
+    assert reused_gpu_hours(POOL, outcome) == Fraction(3, 2)
+    assert needed_gpu_hours(POOL, outcome) == Fraction(1)
 
 
 def test_jain_index_is_one_for_equal_shares_and_one_over_n_for_a_monopoly():
