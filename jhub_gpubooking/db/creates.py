@@ -210,6 +210,10 @@ def _on_a_savepoint(work: UnitOfWork, create: NewBooking,
     return placed
 
 
+#: What a longer search came to (``BookingStore.observe_longer_search``): the create was
+#: admitted, it stayed refused, or no search ran because another one was running.
+LONGER_ADMITTED, LONGER_REFUSED, LONGER_BUSY = "admitted", "refused", "busy"
+
 #: One longer search at a time per process: each keeps a database thread (and a core) busy for
 #: up to ``exact_move_retry_seconds``, and the service has only a few such threads.
 _LONGER_SEARCH = threading.Lock()
@@ -232,19 +236,24 @@ def search_longer(store: BookingStore, create: NewBooking,
     if not _LONGER_SEARCH.acquire(blocking=False):
         log.info("Refusing %s's create in pool %s without a longer search: another one runs",
                  request.user, request.pool)
+        store.observe_longer_search(LONGER_BUSY, None)
         return outcome
     began = time.monotonic()
     try:
         proposal = _propose(store, request)
     finally:
         _LONGER_SEARCH.release()
+    seconds = time.monotonic() - began
     log.info("A longer search for %s's create in pool %s took %.1f s: %s", request.user,
-             request.pool, time.monotonic() - began,
+             request.pool, seconds,
              "no re-placement" if proposal is None else f"{len(proposal.moves)} moves")
     if proposal is None:
+        store.observe_longer_search(LONGER_REFUSED, seconds)
         return outcome
     # the same ``freed`` list: a caller reads what a create preempted from the create it made
     (written,) = create_all(store, [dataclasses.replace(create, proposal=proposal)])
+    store.observe_longer_search(
+        LONGER_ADMITTED if isinstance(written, Booking) else LONGER_REFUSED, seconds)
     return written
 
 

@@ -54,6 +54,7 @@ class BookingStore:
         exact_move_seconds: float = DEFAULT_EXACT_SECONDS,
         exact_move_solver: str = "auto",
         exact_move_retry_seconds: float = DEFAULT_RETRY_SECONDS,
+        on_longer_search: Callable[[str, float | None], None] | None = None,
     ):
         self._session_factory = session_factory
         self.pools = dict(pools)
@@ -71,6 +72,8 @@ class BookingStore:
         self.exact_move_solver = exact_move_solver
         #: seconds the search may go on without the pool's lock when that ran out (0: off)
         self.exact_move_retry_seconds = exact_move_retry_seconds
+        #: told what each longer search came to and how long it took (for the metrics)
+        self._on_longer_search = on_longer_search
 
     # -- configuration held in memory ------------------------------------------------------
 
@@ -237,6 +240,12 @@ class BookingStore:
         """``outcome`` of ``new`` from :meth:`create_all`, or what a longer search without the
         pool's lock makes of it: see :func:`.creates.search_longer`."""
         return creates.search_longer(self, new, outcome)
+
+    def observe_longer_search(self, outcome: str, seconds: float | None) -> None:
+        """Pass on what a longer search came to (``creates.LONGER_*``) and its seconds (None
+        when none ran) to whoever asked to be told."""
+        if self._on_longer_search is not None:
+            self._on_longer_search(outcome, seconds)
 
     def new_booking(self, user: str, pool: str, gpus: Any, start: datetime, end: datetime,
                     **options: Any) -> NewBooking:

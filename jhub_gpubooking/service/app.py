@@ -419,6 +419,7 @@ class GPUBookingService(Application):
             exact_move_seconds=self.exact_move_seconds,
             exact_move_solver=self.exact_move_solver,
             exact_move_retry_seconds=self.exact_move_retry_seconds,
+            on_longer_search=self.metrics.observe_longer_search,
             budgets=self.budgets.budget_book(),
         )
         store.sync_pools()

@@ -23,6 +23,8 @@ from prometheus_client import (
 
 from ..core.model import Booking, BookingState
 
+#: Buckets for the longer re-placement searches (up to ``exact_move_retry_seconds``, 10 s).
+SEARCH_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
 #: Buckets for request latency: booking requests are small database transactions.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -101,8 +103,28 @@ class ServiceMetrics:
             registry=self.registry,
         )
 
+        self.longer_searches = Counter(
+            "gpubooking_longer_searches",
+            "Creates refused after the search for bookings to move ran out of time under the "
+            "pool's lock, by what the longer search without the lock came to (admitted, "
+            "refused, busy: not searched because another search was running).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.longer_search_duration = Histogram(
+            "gpubooking_longer_search_duration_seconds",
+            "Time the longer searches without the pool's lock took.",
+            buckets=SEARCH_BUCKETS,
+            registry=self.registry,
+        )
+
     def observe_release(self, reason: str) -> None:
         self.releases.labels(reason=reason).inc()
+
+    def observe_longer_search(self, outcome: str, seconds: float | None) -> None:
+        self.longer_searches.labels(outcome=outcome).inc()
+        if seconds is not None:
+            self.longer_search_duration.observe(seconds)
 
     def observe_warning(self) -> None:
         self.warnings.inc()

@@ -24,9 +24,17 @@ SHORT, LONG = 0.5, 5.0
 
 
 @pytest.fixture
-def big_store(make_store, pools):
+def searches():
+    """What each longer search came to, and whether it ran (as the service's metrics see it)."""
+    return []
+
+
+@pytest.fixture
+def big_store(make_store, pools, searches):
     return make_store(pools={**pools, "big": BIG}, exact_move_seconds=SHORT,
-                      exact_move_retry_seconds=LONG)
+                      exact_move_retry_seconds=LONG,
+                      on_longer_search=lambda outcome, seconds: searches.append(
+                          (outcome, seconds is not None)))
 
 
 class HardPrograms:
@@ -58,7 +66,7 @@ def pool_bookings(store):
     return [b for b in store.list() if b.pool == "big"]
 
 
-def test_a_search_that_ran_out_under_the_lock_goes_on_without_it(big_store):
+def test_a_search_that_ran_out_under_the_lock_goes_on_without_it(big_store, searches):
     quarters = fragmented_big(big_store)
     hard = HardPrograms()
     with hard.patched():
@@ -68,9 +76,10 @@ def test_a_search_that_ran_out_under_the_lock_goes_on_without_it(big_store):
     assert_one_quarter_joined(big_store, quarters, whole)
     assert [e.kind for e in big_store.history(whole.id)] == ["created"]
     assert overbooked_instants(BIG, pool_bookings(big_store)) == []
+    assert searches == [("admitted", True)]
 
 
-def test_a_proposal_that_no_longer_holds_is_not_written(big_store):
+def test_a_proposal_that_no_longer_holds_is_not_written(big_store, searches):
     """While the longer search ran, the quarter it moves was moved by someone else: the create
     searches again under the lock (which runs out again here) and is refused; nothing it found
     earlier is written."""
@@ -92,6 +101,7 @@ def test_a_proposal_that_no_longer_holds_is_not_written(big_store):
     assert big_store.get(first.id).placement == Placement("node-x", (1,), 1)
     assert big_store.get(second.id).placement == Placement("node-x", (0,), 1)
     assert overbooked_instants(BIG, pool_bookings(big_store)) == []
+    assert searches == [("refused", True)]
 
 
 def test_a_proposal_is_written_when_only_unrelated_bookings_changed(big_store):
@@ -116,7 +126,7 @@ def test_without_a_longer_search_the_refusal_comes_at_once(make_store, pools):
     assert refused.value.search_ran_out
 
 
-def test_a_refusal_the_search_proved_is_not_searched_again(big_store):
+def test_a_refusal_the_search_proved_is_not_searched_again(big_store, searches):
     """A full pool: the program proves there is no re-placement, so nobody searches longer."""
     fragmented_big(big_store)
     # a half beside each quarter: 2 slices free on node-x in all, no whole GPU however placed
@@ -127,3 +137,26 @@ def test_a_refusal_the_search_proved_is_not_searched_again(big_store):
         big_store.create("dave", "big", 1, at(11), at(12))
     assert hard.limits == [SHORT]
     assert not refused.value.search_ran_out
+    assert searches == []
+
+
+def test_while_another_longer_search_runs_the_refusal_comes_at_once(big_store, searches):
+    """One longer search at a time per process: a create that runs out under the lock while
+    another's longer search runs gets its refusal (still naming the next free slot) without
+    searching, and the metrics see both."""
+    fragmented_big(big_store)
+    refusals = []
+
+    def another_create_meanwhile():
+        with pytest.raises(NoCapacity) as refused:
+            big_store.create("erin", "big", 1, at(11), at(12))
+        refusals.append(refused.value)
+
+    hard = HardPrograms(between=another_create_meanwhile)
+    with hard.patched():
+        whole = big_store.create("dave", "big", 1, at(11), at(12))
+    # dave's short step, his longer search, erin's short step (hers ends there)
+    assert hard.limits == [SHORT, LONG, SHORT]
+    assert [(r.search_ran_out, r.next_free is not None) for r in refusals] == [(True, True)]
+    assert whole.placement.node == "node-x"
+    assert searches == [("busy", False), ("admitted", True)]

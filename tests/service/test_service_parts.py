@@ -209,6 +209,19 @@ def test_requests_of_one_route_and_status_add_up():
             'status="201"} 3.0') in text
 
 
+def test_longer_searches_are_counted_by_outcome_and_timed_when_they_ran():
+    metrics = ServiceMetrics()
+    metrics.observe_longer_search("admitted", 3.2)
+    metrics.observe_longer_search("refused", 10.1)
+    metrics.observe_longer_search("busy", None)
+    text = metrics.exposition().decode()
+    for outcome in ("admitted", "refused", "busy"):
+        assert f'gpubooking_longer_searches_total{{outcome="{outcome}"}} 1.0' in text
+    # the busy one did not search: two durations, one up to 5 s
+    assert "gpubooking_longer_search_duration_seconds_count 2.0" in text
+    assert 'gpubooking_longer_search_duration_seconds_bucket{le="5.0"} 1.0' in text
+
+
 def test_the_startup_heap_is_left_out_of_later_collections():
     import gc
 
