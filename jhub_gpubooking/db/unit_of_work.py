@@ -15,6 +15,7 @@ then the one commit.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import cache
@@ -86,6 +87,9 @@ BIND_BOOKING = (
 #: only bookings inside that wider interval may move (reading a busy pool costs ~0.1 ms per
 #: booking, and bookings reaching further are rarely the ones that can move anyway).
 MOVE_READ_MARGIN = timedelta(hours=4)
+#: The exact step's limit once a transaction has spent its ``exact_move_seconds``: enough to
+#: build the program and stop, not to search it.
+SPENT_SECONDS = 0.001
 
 
 def move_reach(request: Booking) -> tuple[datetime, datetime]:
@@ -239,6 +243,9 @@ class UnitOfWork(BookingChecks):
         self._connection = connection
         self._make_session = make_session
         self._locked: list[str] = []
+        #: seconds this transaction's searches for bookings to move may still take: the pool's
+        #: lock is held for all of them, so a batch or a series shares one ``exact_move_seconds``
+        self._search_seconds_left = store.exact_move_seconds
 
     @property
     def session(self) -> Session:
@@ -389,7 +396,8 @@ class UnitOfWork(BookingChecks):
         widened once, to cover the movable bookings overlapping the request but by at most
         :data:`MOVE_READ_MARGIN` on each side; bookings reaching outside that read stay where
         they are (a bound: one short read keeps a create on a busy pool fast). The exact last
-        resort may take up to the store's ``exact_move_seconds``, under the pool's lock.
+        resort may take up to the store's ``exact_move_seconds``, under the pool's lock, for
+        all the searches of this transaction together (:meth:`_exact_seconds`).
 
         A ``proposal`` (found by ``BookingStore.search_longer`` without the lock, over the
         whole margin) is written instead when it still holds on the pool as read now
@@ -415,13 +423,27 @@ class UnitOfWork(BookingChecks):
             found = proposed_moves.still_holds(pool_spec, bookings, proposal, request.start,
                                                request.end, request.amount, now, windows)
         if found is None:
-            found = replacement.place_or_move(
-                pool_spec, bookings, request.start, request.end, request.amount, now, windows,
-                known=(start, end), exact_seconds=self.store.exact_move_seconds,
-                exact_solver=self.store.exact_move_solver,
-            )
+            began = time.monotonic()
+            try:
+                found = replacement.place_or_move(
+                    pool_spec, bookings, request.start, request.end, request.amount, now,
+                    windows, known=(start, end), exact_seconds=self._exact_seconds(),
+                    exact_solver=self.store.exact_move_solver,
+                )
+            finally:
+                self._search_seconds_left -= time.monotonic() - began
         self.move_all([(move.booking, move.placement) for move in found.moves])
         return found.placement
+
+    def _exact_seconds(self) -> float:
+        """The exact step's time limit for the next search: what this transaction has left of
+        the store's ``exact_move_seconds`` (0: the step is off). Once that is spent the step
+        still runs, for :data:`SPENT_SECONDS`, so that a hard program ends as "ran out" and the
+        create is searched for longer without the lock (``BookingStore.search_longer``) rather
+        than refused as if no re-placement existed."""
+        if self.store.exact_move_seconds <= 0:
+            return 0
+        return max(self._search_seconds_left, SPENT_SECONDS)
 
     def move_all(self, moves: list[tuple[Booking, Placement]]) -> None:
         """Put each booking (as read in this unit of work, with its pool locked) on other GPUs

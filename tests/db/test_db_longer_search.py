@@ -9,6 +9,7 @@ real when given the longer one.
 
 from __future__ import annotations
 
+import time
 from unittest import mock
 
 import pytest
@@ -19,6 +20,7 @@ from jhub_gpubooking.core import exact_moves, replacement
 from jhub_gpubooking.core.errors import NoCapacity
 from jhub_gpubooking.core.model import Placement
 from jhub_gpubooking.core.placement import overbooked_instants
+from jhub_gpubooking.db.unit_of_work import SPENT_SECONDS
 
 SHORT, LONG = 0.5, 5.0
 
@@ -160,3 +162,33 @@ def test_while_another_longer_search_runs_the_refusal_comes_at_once(big_store, s
     assert [(r.search_ran_out, r.next_free is not None) for r in refusals] == [(True, True)]
     assert whole.placement.node == "node-x"
     assert searches == [("busy", False), ("admitted", True)]
+
+
+def test_the_creates_of_one_transaction_share_the_exact_steps_time(big_store, searches):
+    """The pool's lock is held for every create written together: once the first create's
+    exact step has spent ``exact_move_seconds``, the next one's step only runs out at once,
+    and that create is searched for longer without the lock like any that ran out."""
+    fragmented_big(big_store)
+    limits = []
+    real = replacement.place_exactly
+
+    def slow_hard_program(*args):
+        limits.append(args[7])
+        if args[7] < LONG:
+            time.sleep(args[7])  # a hard program: searched to its limit, no answer
+            raise exact_moves.RanOut("a hard program")
+        return real(*args)
+
+    dave, erin = (big_store.new_booking(user, "big", 1, at(11), at(12))
+                  for user in ("dave", "erin"))
+    with mock.patch.multiple(replacement, BOUNDED_EXPANSIONS=0, REPACK_GPU_STEPS=0,
+                             place_exactly=slow_hard_program):
+        outcomes = big_store.create_all([dave, erin])
+        assert limits == [SHORT, SPENT_SECONDS]
+        assert [(type(o), o.search_ran_out) for o in outcomes] == [(NoCapacity, True)] * 2
+        # erin's create, refused only for want of time, gets its longer search
+        whole = big_store.search_longer(erin, outcomes[1])
+    assert limits[2:] == [LONG]
+    assert (whole.user, whole.placement.node) == ("erin", "node-x")
+    assert searches == [("admitted", True)]
+    assert overbooked_instants(BIG, pool_bookings(big_store)) == []
