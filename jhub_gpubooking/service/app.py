@@ -246,7 +246,8 @@ class GPUBookingService(Application):
         "(an integer program, see exact_move_solver) when the quick searches find no way to "
         "let the request in by moving bookings that have not started. The pool's lock is held "
         "meanwhile, so other creates, claims and cancels in that pool wait; the best "
-        "re-placement found in time is used. 0 turns this last resort off.",
+        "re-placement found in time is used. Creates written in one transaction (a burst of "
+        "requests, the occurrences of a series) share this time. 0 turns this last resort off.",
     ).tag(config=True)
     exact_move_retry_seconds = Float(
         DEFAULT_RETRY_SECONDS,

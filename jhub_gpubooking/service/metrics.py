@@ -102,7 +102,6 @@ class ServiceMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-
         self.longer_searches = Counter(
             "gpubooking_longer_searches",
             "Creates refused after the search for bookings to move ran out of time under the "

@@ -42,16 +42,21 @@ def big_store(make_store, pools, searches):
 class HardPrograms:
     """``place_exactly`` running out of time at the short limit when a re-placement exists
     (it still proves quickly that none does), solving at the long one; ``between`` runs after
-    a long solve, before the create takes the lock again."""
+    a long solve, before the create takes the lock again. With ``spends``, every limit below the
+    long one is searched to its end without an answer."""
 
-    def __init__(self, between=None):
+    def __init__(self, between=None, spends=False):
         self.limits: list[float] = []
         self.between = between
+        self.spends = spends
         self.real = replacement.place_exactly
 
     def __call__(self, *args):
         limit = args[7]
         self.limits.append(limit)
+        if self.spends and limit < LONG:
+            time.sleep(limit)
+            raise exact_moves.RanOut("a hard program")
         found = self.real(*args)
         if limit == SHORT and found is not None:
             raise exact_moves.RanOut("a hard program")
@@ -169,26 +174,16 @@ def test_the_creates_of_one_transaction_share_the_exact_steps_time(big_store, se
     exact step has spent ``exact_move_seconds``, the next one's step only runs out at once,
     and that create is searched for longer without the lock like any that ran out."""
     fragmented_big(big_store)
-    limits = []
-    real = replacement.place_exactly
-
-    def slow_hard_program(*args):
-        limits.append(args[7])
-        if args[7] < LONG:
-            time.sleep(args[7])  # a hard program: searched to its limit, no answer
-            raise exact_moves.RanOut("a hard program")
-        return real(*args)
-
     dave, erin = (big_store.new_booking(user, "big", 1, at(11), at(12))
                   for user in ("dave", "erin"))
-    with mock.patch.multiple(replacement, BOUNDED_EXPANSIONS=0, REPACK_GPU_STEPS=0,
-                             place_exactly=slow_hard_program):
+    hard = HardPrograms(spends=True)
+    with hard.patched():
         outcomes = big_store.create_all([dave, erin])
-        assert limits == [SHORT, SPENT_SECONDS]
+        assert hard.limits == [SHORT, SPENT_SECONDS]
         assert [(type(o), o.search_ran_out) for o in outcomes] == [(NoCapacity, True)] * 2
         # erin's create, refused only for want of time, gets its longer search
         whole = big_store.search_longer(erin, outcomes[1])
-    assert limits[2:] == [LONG]
+    assert hard.limits[2:] == [LONG]
     assert (whole.user, whole.placement.node) == ("erin", "node-x")
     assert searches == [("admitted", True)]
     assert overbooked_instants(BIG, pool_bookings(big_store)) == []
