@@ -88,10 +88,7 @@ def recording(steps: Steps):
         return answer
 
     def place_recorded(*args, **kwargs):
-        # replacement calls it as (pool, staying, movable, start, end, amount, maintenance,
-        # seconds, solver)
-        limit = args[7] if len(args) > 7 else kwargs.get("time_limit",
-                                                          exact_moves.DEFAULT_SECONDS)
+        limit = kwargs.get("time_limit", exact_moves.DEFAULT_SECONDS)
         steps_now = steps if limit <= exact_moves.DEFAULT_SECONDS else steps.retries
         recorded.append(steps_now)
         # "no program": what stays leaves the request no GPU, so nothing was solved

@@ -156,7 +156,7 @@ def _place_exactly(search: _Search, existing: list[Booking],
            amount, maintenance) is None:
         return None
     return place_exactly(search.pool, staying, movable, start, end, amount, maintenance,
-                         seconds, solver)
+                         time_limit=seconds, solver=solver)
 
 
 class _Hold:

@@ -51,14 +51,13 @@ class HardPrograms:
         self.spends = spends
         self.real = replacement.place_exactly
 
-    def __call__(self, *args):
-        limit = args[7]
-        self.limits.append(limit)
-        if self.spends and limit < LONG:
-            time.sleep(limit)
+    def __call__(self, *args, time_limit, **kwargs):
+        self.limits.append(time_limit)
+        if self.spends and time_limit < LONG:
+            time.sleep(time_limit)
             raise exact_moves.RanOut("a hard program")
-        found = self.real(*args)
-        if limit == SHORT and found is not None:
+        found = self.real(*args, time_limit=time_limit, **kwargs)
+        if time_limit == SHORT and found is not None:
             raise exact_moves.RanOut("a hard program")
         if self.between is not None:
             self.between()

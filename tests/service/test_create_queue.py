@@ -243,10 +243,10 @@ async def test_the_service_searches_longer_without_the_lock_when_the_exact_step_
     limits = []
     real = replacement.place_exactly
 
-    def hard_program(*args):
-        limits.append(args[7])
-        found = real(*args)
-        if args[7] == 0.5 and found is not None:
+    def hard_program(*args, time_limit, **kwargs):
+        limits.append(time_limit)
+        found = real(*args, time_limit=time_limit, **kwargs)
+        if time_limit == 0.5 and found is not None:
             raise exact_moves.RanOut("a hard program")
         return found
 
