@@ -119,5 +119,5 @@ def test_a_create_on_a_large_pool_moves_bookings_by_the_exact_last_resort(make_s
     exact = mock.patch.object(replacement, "place_exactly", wraps=replacement.place_exactly)
     with no_budget, exact as asked:
         again = highs.create("dave", "big", 1, at(11), at(12))
-    assert asked.call_args.args[-1] == "highs"
+    assert asked.call_args.kwargs["solver"] == "highs"
     assert again.placement.node == "node-x"
