@@ -14,9 +14,11 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from labextension_lock import labextension_to_myself
 from packaging.version import Version
 
 import jhub_gpubooking
@@ -39,15 +41,17 @@ def npm(*args: str, timeout: float = 600) -> str:
 
 
 @pytest.fixture(scope="module")
-def node_modules() -> Path:
-    """labextension/node_modules as package-lock.json says, installed once per lock file."""
+def node_modules() -> Iterator[Path]:
+    """labextension/node_modules as package-lock.json says, installed once per lock file; the
+    module's tests hold labextension/ to themselves (see :mod:`labextension_lock`)."""
     if shutil.which("npm") is None:
         pytest.fail("npm is not on PATH: the JupyterLab extension's tests need Node.js 20 and npm")
-    lock_hash = hashlib.sha256((EXTENSION / "package-lock.json").read_bytes()).hexdigest()
-    if not STAMP.exists() or STAMP.read_text().strip() != lock_hash:
-        npm("ci", timeout=900)
-        STAMP.write_text(lock_hash)
-    return MODULES
+    with labextension_to_myself():
+        lock_hash = hashlib.sha256((EXTENSION / "package-lock.json").read_bytes()).hexdigest()
+        if not STAMP.exists() or STAMP.read_text().strip() != lock_hash:
+            npm("ci", timeout=900)
+            STAMP.write_text(lock_hash)
+        yield MODULES
 
 
 def test_the_extension_logic_passes_its_unit_tests(node_modules):

@@ -17,6 +17,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+from labextension_lock import labextension_to_myself
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -39,10 +40,11 @@ def checkout(tmp_path_factory) -> Path:
     if not (REPO / ".git").exists():
         return REPO  # an unpacked sdist is clean by construction
     target = tmp_path_factory.mktemp("checkout") / "jhub-gpubooking"
-    for name in run("git", "ls-files", "-z", cwd=REPO).split("\0"):
-        if name and (REPO / name).is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, target / name)
+    with labextension_to_myself():  # not while another test run rebuilds labextension/prebuilt
+        for name in run("git", "ls-files", "-z", cwd=REPO).split("\0"):
+            if name and (REPO / name).is_file():
+                (target / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, target / name)
     return target
 
 
@@ -117,8 +119,9 @@ def test_the_wheel_carries_the_prebuilt_jupyterlab_extension(built):
     with zipfile.ZipFile(built[1]) as archive:
         shipped = {name.split("/share/jupyter/labextensions/jhub-gpubooking/", 1)[1]: archive.read(name)
                    for name in archive.namelist() if "/share/jupyter/labextensions/jhub-gpubooking/" in name}
-    committed = {str(path.relative_to(prebuilt)): path.read_bytes()
-                 for path in prebuilt.rglob("*") if path.is_file()}
+    with labextension_to_myself():
+        committed = {str(path.relative_to(prebuilt)): path.read_bytes()
+                     for path in prebuilt.rglob("*") if path.is_file()}
     assert shipped == committed
     assert "package.json" in shipped and any(name.startswith("static/remoteEntry.") for name in shipped)
 

@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,9 @@ from jhub_gpubooking.devcluster import KubeconfigAccess
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent
 OUTPUT = REPO / "test-output"
+#: the demo's logs, one folder per virtual environment: scripts/test runs the dependency sets
+#: side by side, and a test that reads a log must not read the other run's
+E2E_LOGS = OUTPUT / "e2e-logs" / Path(sys.prefix).name
 
 
 def free_ports(count: int) -> list[int]:
@@ -60,7 +64,7 @@ def start_demo(
         k8s_port=k8s,
         admin_token=secrets.token_hex(16),
         hub_config=E2E_DIR / "hub_config.py",
-        log_dir=log_dir or OUTPUT / "e2e-logs" / state_dir.name,
+        log_dir=log_dir or E2E_LOGS / state_dir.name,
         extra_namespaces=tuple(gated),
         admission_webhooks=tuple(
             f"http://127.0.0.1:{webhook}/{review}" for review in ("mutate", "validate") if gated

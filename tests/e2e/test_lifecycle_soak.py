@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from e2e_harness import OUTPUT
+from e2e_harness import E2E_LOGS
 from soak import run_soak
 
 pytestmark = pytest.mark.e2e
@@ -23,7 +23,7 @@ ACTIONS = int(os.environ.get("SOAK_ACTIONS", "500"))
 @pytest.mark.timeout(300 + ACTIONS * 3)
 def test_a_seeded_walk_keeps_every_booking_invariant(tmp_path):
     # the logs outlive pytest's temporary folders, like those of the other e2e tests
-    result = run_soak(tmp_path, SEED, ACTIONS, log_dir=OUTPUT / "e2e-logs" / f"soak-seed-{SEED}")
+    result = run_soak(tmp_path, SEED, ACTIONS, log_dir=E2E_LOGS / f"soak-seed-{SEED}")
     print("\n" + result.table())
     assert result.steps == ACTIONS
     # the walk really exercised the rules it checks, restarts included
