@@ -11,6 +11,19 @@ log() { printf '\033[1m[%s]\033[0m %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # the latest set takes the newest releases. Both install this package with its test and docs
 # extras. The demo set installs only what scripts/demo runs: the package and its demo extra.
 ensure_venv() {
+    # one installer per environment at a time: scripts/test runs the dependency sets side by
+    # side, and both may start scripts/demo, which installs the demo set on first use
+    mkdir -p "$REPO_ROOT/.venvs"
+    local lock rc
+    exec {lock}>"$REPO_ROOT/.venvs/.$1.lock"
+    flock "$lock"
+    _ensure_venv_unlocked "$1"
+    rc=$?
+    exec {lock}>&-
+    return $rc
+}
+
+_ensure_venv_unlocked() {
     local set="$1" venv="$REPO_ROOT/.venvs/$1" stamp constraints=() extras="test,docs"
     case "$set" in
         pins)
