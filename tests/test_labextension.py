@@ -18,12 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from labextension_lock import labextension_to_myself
+from labextension_lock import EXTENSION, labextension_to_myself
 from packaging.version import Version
 
 import jhub_gpubooking
 
-EXTENSION = Path(__file__).resolve().parents[1] / "labextension"
 PREBUILT = EXTENSION / "prebuilt"
 MODULES = EXTENSION / "node_modules"
 # written after a successful `npm ci`: the hash of the lock file it installed
