@@ -16,7 +16,7 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from jhub_gpubooking.devcluster import ApiError, DevCluster, gpu_node
-from jhub_gpubooking.devcluster.kubelet import bind_inside_pod, container_argv
+from jhub_gpubooking.devcluster.kubelet import IpLeases, bind_inside_pod, container_argv
 
 # Starts a child (same process group) and writes both pids, then waits forever.
 FAMILY = [sys.executable, "-c",
@@ -138,7 +138,10 @@ async def test_ready_only_once_the_port_accepts_connections(cluster, core):
     assert conditions == {"PodScheduled": "True", "Initialized": "True", "ContainersReady": "True", "Ready": "True"}
 
 
-async def test_pod_ips_are_distinct_and_reused(cluster, core):
+async def test_pod_ips_are_distinct_and_reused(cluster, core, tmp_path):
+    # Leases of its own: the other test set's devclusters run side by side and may take the freed
+    # address machine-wide in the moment between the delete and the next create.
+    cluster.kubelet.ip_leases = IpLeases(tmp_path / "leases")
     for name in ("ip-a", "ip-b"):
         await core.create_namespaced_pod("default", pod_manifest(name))
     ips = [await wait_for(lambda n=name: pod_or_none(cluster, n)["status"].get("podIP"), "ip")
