@@ -23,12 +23,12 @@ from ..core.clock import Clock, SystemClock
 from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
 from ..core.exact_moves import DEFAULT_RETRY_SECONDS
 from ..core.exact_moves import DEFAULT_SECONDS as DEFAULT_EXACT_SECONDS
-from ..core.model import Booking, BookingState, MaintenanceWindow, Pool, checked_text
+from ..core.model import Booking, BookingState, MaintenanceWindow, Pool
 from ..core.timegrid import as_utc, floor_to_grid, format_time, is_on_grid
-from . import creates
-from .convert import BookingEvent, booking_from_row, event_from_row, maintenance_from_row, pool_config
+from . import creates, maintenance
+from .convert import BookingEvent, booking_from_row, event_from_row, pool_config
 from .creates import MakeRoom, NewBooking
-from .models import BookingEventRow, BookingRow, MaintenanceWindowRow, PoolRow
+from .models import BookingEventRow, BookingRow, PoolRow
 from .queries import overlapping, page, state_filter
 from .session import write_transaction
 from .unit_of_work import BookingChecks, UnitOfWork, clock_time
@@ -513,74 +513,19 @@ class BookingStore:
         bookings, windows = self.overlapping(pool, start, end)
         return placing.availability(pool_spec, bookings, start, end, windows)
 
-    def add_maintenance(
-        self,
-        pool: str,
-        start: datetime,
-        end: datetime,
-        node: str | None = None,
-        reason: str = "",
-        actor: str | None = None,
-    ) -> tuple[MaintenanceWindow, list[Booking]]:
-        """Block a pool (or one node); returns the window and the bookings it collides with.
+    def add_maintenance(self, pool: str, start: datetime, end: datetime, node: str | None = None,
+                        reason: str = "", actor: str | None = None) -> tuple[MaintenanceWindow, list[Booking]]:
+        """Block a pool (or one node): see :func:`.maintenance.add_window`."""
+        return maintenance.add_window(self, pool, start, end, node, reason, actor)
 
-        Colliding bookings are not cancelled here: the admin decides (see ``cancel``).
-        """
-        pool_spec = self.pool(pool)
-        start, end = as_utc(start), as_utc(end)
-        if end <= start:
-            raise InvalidRequest("The end time must be after the start time.")
-        if node is not None and node not in pool_spec.nodes:
-            raise InvalidRequest(f"Pool {pool} has no node named {node!r}.")
-        checked_text(reason, "reason")
-        with self.unit_of_work([pool]) as work:
-            row = MaintenanceWindowRow(
-                pool=pool,
-                node=node,
-                start=start,
-                end=end,
-                reason=reason,
-                created=self.stamp(),
-                created_by=actor,
-            )
-            work.session.add(row)
-            work.session.flush()
-            window = maintenance_from_row(row)
-            bookings, _ = work.overlapping(pool, start, end)
-            return window, placing.maintenance_collisions(window, bookings)
-
-    def list_maintenance(
-        self,
-        pool: str | None = None,
-        start: datetime | None = None,
-        end: datetime | None = None,
-        limit: int | None = None,
-        after: tuple[datetime, int] | None = None,
-    ) -> list[MaintenanceWindow]:
+    def list_maintenance(self, pool: str | None = None, start: datetime | None = None,
+                         end: datetime | None = None, limit: int | None = None,
+                         after: tuple[datetime, int] | None = None) -> list[MaintenanceWindow]:
         """Windows by (start, id), paged like :meth:`list`."""
-        statement = page(
-            select(MaintenanceWindowRow).order_by(
-                MaintenanceWindowRow.start, MaintenanceWindowRow.id
-            ),
-            MaintenanceWindowRow,
-            limit,
-            after,
-        )
-        if pool is not None:
-            statement = statement.where(MaintenanceWindowRow.pool == pool)
-        if start is not None:
-            statement = statement.where(MaintenanceWindowRow.end > as_utc(start))
-        if end is not None:
-            statement = statement.where(MaintenanceWindowRow.start < as_utc(end))
-        with self.read_transaction() as session:
-            return [maintenance_from_row(row) for row in session.scalars(statement)]
+        return maintenance.list_windows(self, pool, start, end, limit, after)
 
     def delete_maintenance(self, window_id: int) -> None:
-        with self.unit_of_work() as work:
-            row = work.session.get(MaintenanceWindowRow, window_id)
-            if row is None:
-                raise NotFound(f"There is no maintenance window with id {window_id}.")
-            work.session.delete(row)
+        maintenance.delete_window(self, window_id)
 
     # -- configuration ----------------------------------------------------------------------
 
