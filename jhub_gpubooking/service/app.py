@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import signal
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
@@ -65,12 +63,15 @@ from .planning import Budgets, RecurringSeries
 from .pool_checks import check_pools
 from .ratelimit import WriteRateLimiter
 from .routes import UnknownPathHandler, service_handlers
-from .startup import freeze_startup_heap, hub_scopes_suffice, wait_for_database
+from .startup import (
+    SHUTDOWN_SECONDS,
+    finish_executor,
+    freeze_startup_heap,
+    hub_scopes_suffice,
+    read_cookie_secret,
+    wait_for_database,
+)
 from .waitlist import Waitlist
-
-#: Seconds the service waits, once told to stop, for requests in flight and database work;
-#: then it exits anyway (the z2jh hub pod has 30 s to stop the Hub and all its services).
-SHUTDOWN_SECONDS = 1.0
 
 #: The service's components, each configured in its own section (``c.Lifecycle.*``, ...).
 COMPONENTS = (
@@ -390,15 +391,6 @@ class GPUBookingService(Application):
         check_pools(pools.values(), self.backends)
         return pools
 
-    def read_cookie_secret(self) -> bytes:
-        if not self.cookie_secret_file:
-            return secrets.token_bytes(32)
-        path = Path(self.cookie_secret_file)
-        if not path.exists():
-            path.touch(mode=0o600)
-            path.write_text(secrets.token_hex(32))
-        return bytes.fromhex(path.read_text().strip())
-
     def open_store(self):
         """Open the database, refusing a stale schema unless ``upgrade_db`` is set."""
         from ..db.session import check_schema, make_engine, make_session_factory, upgrade
@@ -458,7 +450,7 @@ class GPUBookingService(Application):
             "hub_prefix": self.hub_prefix,
             "executor": self.executor,
             "clock": self.clock,
-            "cookie_secret": self.read_cookie_secret(),
+            "cookie_secret": read_cookie_secret(self.cookie_secret_file),
             "log_function": self.log_request,
             "default_handler_class": UnknownPathHandler,
             # HubOAuth checks '_xsrf' on cookie-authenticated writes itself; tornado's own
@@ -557,23 +549,7 @@ class GPUBookingService(Application):
         except KeyboardInterrupt:
             self.log.info("Interrupted")
         finally:
-            self.finish_executor()
-
-    def finish_executor(self) -> None:
-        """Let database work in flight finish for SHUTDOWN_SECONDS, then exit regardless.
-
-        Queued work is dropped; a thread still inside a Hub round trip or a database call would
-        otherwise hold the process at interpreter exit (a transaction cut short rolls back).
-        """
-        waiter = threading.Thread(
-            target=self.executor.shutdown, kwargs={"cancel_futures": True}, daemon=True
-        )
-        waiter.start()
-        waiter.join(SHUTDOWN_SECONDS)
-        if waiter.is_alive():
-            self.log.warning("Stopping with database work unfinished (it is rolled back)")
-            logging.shutdown()
-            os._exit(0)
+            finish_executor(self.executor, self.log)
 
     async def serve(self) -> None:
         """Listen on ``service_url`` until SIGINT or SIGTERM (the Hub sends SIGINT first to stop

@@ -1,5 +1,6 @@
-"""What the service does before it serves: it checks the database (waited for while
-unavailable) and its own Hub scopes, and freezes its start-up heap."""
+"""What the service does before it serves and once it stops: it checks the database (waited
+for while unavailable) and its own Hub scopes, reads its cookie secret and freezes its start-up
+heap; at the end it gives database work in flight a moment to finish."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import asyncio
 import gc
 import json
 import logging
+import os
+import secrets
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
 from typing import TypeVar
 
 from jupyterhub.utils import url_path_join
@@ -24,6 +30,10 @@ DATABASE_WAIT_LOG_SECONDS = 30.0
 
 #: Tries (one second apart) to ask the Hub for the service's own scopes at start.
 HUB_SCOPE_CHECK_ATTEMPTS = 3
+
+#: Seconds the service waits, once told to stop, for requests in flight and database work;
+#: then it exits anyway (the z2jh hub pod has 30 s to stop the Hub and all its services).
+SHUTDOWN_SECONDS = 1.0
 
 T = TypeVar("T")
 
@@ -92,3 +102,30 @@ def freeze_startup_heap() -> None:
     create's whole latency target. Collected once first, so no garbage is kept forever."""
     gc.collect()
     gc.freeze()
+
+
+def read_cookie_secret(secret_file: str) -> bytes:
+    """The secret that signs login cookies, kept in ``secret_file`` (created, readable by the
+    owner only, when missing); a fresh random one at each start when no file is configured."""
+    if not secret_file:
+        return secrets.token_bytes(32)
+    path = Path(secret_file)
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_hex(32))
+    return bytes.fromhex(path.read_text().strip())
+
+
+def finish_executor(executor: Executor, log: logging.Logger) -> None:
+    """Let database work in flight finish for SHUTDOWN_SECONDS, then exit regardless.
+
+    Queued work is dropped; a thread still inside a Hub round trip or a database call would
+    otherwise hold the process at interpreter exit (a transaction cut short rolls back).
+    """
+    waiter = threading.Thread(target=executor.shutdown, kwargs={"cancel_futures": True}, daemon=True)
+    waiter.start()
+    waiter.join(SHUTDOWN_SECONDS)
+    if waiter.is_alive():
+        log.warning("Stopping with database work unfinished (it is rolled back)")
+        logging.shutdown()
+        os._exit(0)
