@@ -223,38 +223,51 @@ def search_longer(store: BookingStore, create: NewBooking,
                   outcome: Booking | Exception) -> Booking | Exception:
     """``outcome`` of ``create`` (from :func:`create_all`), or, when it is a refusal after
     which the exact re-placement ran out of its time under the pool's lock, the outcome of
-    searching again for up to the store's ``exact_move_retry_seconds`` *without* the lock,
-    on the pool as read now, and writing what that finds under the lock if it still holds then
-    (:mod:`..core.proposed_moves`; if not, the create searches there as any create does).
+    searching again with :func:`propose_longer` and writing what that finds under the lock if
+    it still holds then (:mod:`..core.proposed_moves`; if not, the create searches there as any
+    create does).
 
     Not inside :func:`create_all`: the creates written together with this one are answered
     first. The refusal stands, unchanged, when another longer search is running."""
     if (not isinstance(outcome, NoCapacity) or not outcome.search_ran_out
             or store.exact_move_retry_seconds <= 0):
         return outcome
-    request = create.request
+    searched = propose_longer(store, create.request)
+    if searched is None or searched[0] is None:
+        return outcome
+    proposal, seconds = searched
+    # the same ``freed`` list: a caller reads what a create preempted from the create it made
+    (written,) = create_all(store, [dataclasses.replace(create, proposal=proposal)])
+    store.observe_longer_search(
+        LONGER_ADMITTED if isinstance(written, Booking) else LONGER_REFUSED, seconds)
+    return written
+
+
+def propose_longer(store: BookingStore,
+                   request: Booking) -> tuple[Replacement | None, float] | None:
+    """A re-placement of upcoming bookings that lets ``request`` in (None if none was found),
+    searched for up to the store's ``exact_move_retry_seconds`` *without* the pool's lock, on
+    the pool as read now, and the seconds the search took; None when no search ran because
+    another longer search is running. Both are reported to
+    ``BookingStore.observe_longer_search``; with a re-placement, the caller writes it under
+    the lock if it still holds and reports how that went."""
     if not _LONGER_SEARCH.acquire(blocking=False):
-        log.info("Refusing %s's create in pool %s without a longer search: another one runs",
+        log.info("Refusing %s's request in pool %s without a longer search: another one runs",
                  request.user, request.pool)
         store.observe_longer_search(LONGER_BUSY, None)
-        return outcome
+        return None
     began = time.monotonic()
     try:
         proposal = _propose(store, request)
     finally:
         _LONGER_SEARCH.release()
     seconds = time.monotonic() - began
-    log.info("A longer search for %s's create in pool %s took %.1f s: %s", request.user,
+    log.info("A longer search for %s's request in pool %s took %.1f s: %s", request.user,
              request.pool, seconds,
              "no re-placement" if proposal is None else f"{len(proposal.moves)} moves")
     if proposal is None:
         store.observe_longer_search(LONGER_REFUSED, seconds)
-        return outcome
-    # the same ``freed`` list: a caller reads what a create preempted from the create it made
-    (written,) = create_all(store, [dataclasses.replace(create, proposal=proposal)])
-    store.observe_longer_search(
-        LONGER_ADMITTED if isinstance(written, Booking) else LONGER_REFUSED, seconds)
-    return written
+    return proposal, seconds
 
 
 def _propose(store: BookingStore, request: Booking) -> Replacement | None:

@@ -6,6 +6,11 @@ limits, placement): one transaction per wait holding the pool locks a booking wo
 which the wait's row is locked, its interval searched under those locks, the booking placed and
 the wait marked booked, all committed together. A refusal rolls that transaction back and the
 wait keeps waiting. Waits always book as their user (admins' exemption does not apply).
+
+A wait kept out only because the exact re-placement ran out of its time under the lock gets
+the longer search a refused create gets (:func:`.creates.propose_longer`) when the caller asks
+for it (the service's lifecycle tick does, not the cancel a user waits on): at most one such
+wait per serve, and each wait at most once per :data:`SEARCH_AGAIN_AFTER`.
 """
 
 from __future__ import annotations
@@ -19,15 +24,20 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from ..core import policy as booking_policy
-from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
-from ..core.model import Booking, checked_text, parse_amount
+from ..core.errors import BookingError, Conflict, InvalidRequest, NoCapacity, NotFound
+from ..core.model import Booking, Replacement, checked_text, parse_amount
 from ..core.timegrid import as_utc, floor_to_grid, format_time
 from ..core.waitlist import Wait, WaitState, booked_note, fair_order, interval_to_try
+from . import creates
 from .models import WaitRow
 from .next_free import NEXT_FREE_SEARCH_DAYS
 from .queries import page
 from .store import BookingStore
 from .unit_of_work import UnitOfWork
+
+#: How long a wait whose longer search found nothing goes without another: each search keeps a
+#: core busy for up to ``exact_move_retry_seconds``, and every lifecycle tick serves the list.
+SEARCH_AGAIN_AFTER = timedelta(minutes=10)
 
 #: Whether any request waits at all (the state's index answers it).
 ANY_WAITING = select(WaitRow.id).where(WaitRow.state == WaitState.WAITING.value).limit(1)
@@ -52,11 +62,18 @@ def wait_from_row(row: WaitRow) -> Wait:
     )
 
 
+def booked_wait(wait: Wait, booking: Booking) -> Wait:
+    """``wait`` as it is once ``booking`` was made for it."""
+    return wait.with_changes(state=WaitState.BOOKED, booking_id=booking.id)
+
+
 class WaitStore:
     """The waits of a :class:`~.store.BookingStore` (its clock, pools, grid and policies)."""
 
     def __init__(self, store: BookingStore):
         self.store = store
+        #: when each wait last had a longer search (by this process), for SEARCH_AGAIN_AFTER
+        self._searched_longer: dict[int, datetime] = {}
 
     # -- joining and leaving -------------------------------------------------------------------
 
@@ -194,10 +211,13 @@ class WaitStore:
             statement = statement.where(WaitRow.pool.in_(sorted(set(pools))))
         return fair_order(wait_from_row(row) for row in session.scalars(statement))
 
-    def serve(self, pools: Iterable[str] | None = None,
-              now: datetime | None = None) -> list[tuple[Wait, Booking]]:
+    def serve(self, pools: Iterable[str] | None = None, now: datetime | None = None,
+              search_longer: bool = False) -> list[tuple[Wait, Booking]]:
         """Expire what is past, then try to book every waiting request of ``pools`` (all when
-        None) in fair order; returns the waits booked and their bookings."""
+        None) in fair order; returns the waits booked and their bookings. With
+        ``search_longer``, the first wait (in that order) refused because the exact
+        re-placement ran out of time then gets the longer search, unless it had one within
+        :data:`SEARCH_AGAIN_AFTER`."""
         store = self.store
         # every cancel and shortened booking serves the waitlist, mostly to find nothing
         # waiting: then a read says so, without a write transaction (on SQLite the database's
@@ -211,7 +231,7 @@ class WaitStore:
         now = as_utc(now) if now is not None else store.now()
         waiting = [w for w in waiting if w.pool in store.pools]  # others expire
         snapshots = self._snapshots(waiting, now)
-        booked = []
+        booked, ran_out = [], []
         for wait in waiting:
             bookings, windows = snapshots[wait.pool]
             if interval_to_try(wait, store.pools[wait.pool], bookings, windows, now,
@@ -219,12 +239,40 @@ class WaitStore:
                 # not even in an unlocked read: skip the locked try (capacity freed since
                 # is served by the next trigger)
                 continue
-            booking = self.try_to_book(wait, now)
+            booking, refused = self._book(wait, now, None)
+            if refused is not None:
+                ran_out.append((wait, refused))
             if booking is not None:
                 bookings.append(booking)  # the snapshot stays a good guess for the waits behind
-                booked.append((wait.with_changes(state=WaitState.BOOKED,
-                                                 booking_id=booking.id), booking))
+                booked.append((booked_wait(wait, booking), booking))
+        if search_longer and ran_out:
+            booked.extend(self._search_longer(ran_out, now))
         return booked
+
+    def _search_longer(self, ran_out: list[tuple[Wait, Booking]],
+                       now: datetime) -> list[tuple[Wait, Booking]]:
+        """The first of ``ran_out`` (waits and the requests refused for them) not searched for
+        within SEARCH_AGAIN_AFTER, booked if a longer search finds a re-placement that still
+        holds under the lock."""
+        store = self.store
+        searched_at = store.now()
+        self._searched_longer = {wait_id: at for wait_id, at in self._searched_longer.items()
+                                 if searched_at - at < SEARCH_AGAIN_AFTER}
+        wait, request = next(((w, r) for w, r in ran_out if w.id not in self._searched_longer),
+                             (None, None))
+        if wait is None or store.exact_move_retry_seconds <= 0:
+            return []
+        searched = creates.propose_longer(store, request)
+        if searched is None:
+            return []  # another longer search runs: this wait's comes at a later serve
+        self._searched_longer[wait.id] = searched_at
+        proposal, seconds = searched
+        if proposal is None:
+            return []
+        booking, _ = self._book(wait, now, proposal)
+        store.observe_longer_search(
+            creates.LONGER_ADMITTED if booking is not None else creates.LONGER_REFUSED, seconds)
+        return [] if booking is None else [(booked_wait(wait, booking), booking)]
 
     def _snapshots(self, waits: list[Wait], now: datetime) -> dict[str, tuple[list, list]]:
         """Per pool, what holds capacity across every waiting window: one unlocked read each."""
@@ -240,34 +288,45 @@ class WaitStore:
         """Book ``wait`` in one transaction if it fits now and its user's rules allow it; None
         (and nothing changed) otherwise."""
         store = self.store
-        now = as_utc(now) if now is not None else store.now()
+        return self._book(wait, as_utc(now) if now is not None else store.now(), None)[0]
+
+    def _book(self, wait: Wait, now: datetime,
+              proposal: Replacement | None) -> tuple[Booking | None, Booking | None]:
+        """:meth:`try_to_book` at ``now``, writing ``proposal`` (a re-placement found without
+        the lock) if it still holds; returns the booking, or the request tried when it was
+        refused because the exact re-placement ran out of time (else None) as second item."""
+        store = self.store
         pool = store.pools[wait.pool]
+        tried = None
         try:
             with store.unit_of_work(store.pools_for_rules(wait.pool, wait.groups, False)) as work:
                 row = self._lock(work, wait.id)
                 if row is None or row.state != WaitState.WAITING.value:
-                    return None  # served, withdrawn or expired meanwhile
+                    return None, None  # served, withdrawn or expired meanwhile
                 current_slot = floor_to_grid(now, store.slot_minutes)
                 bookings, windows = work.overlapping(wait.pool, max(wait.start, current_slot),
                                                      wait.window_end)
                 found = interval_to_try(wait, pool, bookings, windows, now, store.slot_minutes)
                 if found is None:
-                    return None
+                    return None, None
                 start, end = found
                 store.check_interval(start, end, now)
                 request = Booking(user=wait.user, pool=wait.pool, amount=wait.amount,
                                   start=start, end=end, note=booked_note(wait),
                                   groups=wait.groups)
-                booking = work.place(request, wait.groups, False, now, None)
+                tried = request
+                booking = work.place(request, wait.groups, False, now, None, proposal)
                 work.record(booking, None, "waitlist_booked", wait=wait.id,
                             joined=format_time(wait.created) if wait.created else None)
                 row.state = WaitState.BOOKED.value
                 row.booking_id = booking.id
                 row.updated = store.stamp()
-                return booking
+                return booking, None
+        except NoCapacity as refused:
+            return None, tried if refused.search_ran_out else None
         except BookingError:
             # the user's limits refuse it now (or capacity went meanwhile): it keeps waiting
-            return None
+            return None, None
 
     def _lock(self, work: UnitOfWork, wait_id: int | None) -> WaitRow | None:
         statement = select(WaitRow).where(WaitRow.id == wait_id).with_for_update()

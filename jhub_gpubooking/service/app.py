@@ -257,7 +257,9 @@ class GPUBookingService(Application):
         "for up to this many seconds without the pool's lock (other creates, claims and "
         "cancels go on meanwhile), and book what it finds if it still holds once the lock is "
         "taken again; the user waits that long for the answer. One such search runs at a "
-        "time; a request arriving while it runs is refused as before. 0 refuses at once.",
+        "time; a request arriving while it runs is refused as before. A waitlisted request "
+        "in the same case gets it on the lifecycle tick (one wait a tick, each at most every "
+        "10 minutes). 0 refuses at once.",
     ).tag(config=True)
     exact_move_solver = Enum(
         SOLVERS,

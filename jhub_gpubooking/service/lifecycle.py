@@ -155,7 +155,7 @@ class Lifecycle(LoggingConfigurable):
         if self.webhook is not None:
             await self.webhook.reconcile_pod_claims(now)
         if self.waitlist is not None:
-            await self.waitlist.capacity_freed(now=now)
+            await self.waitlist.capacity_freed(now=now, search_longer=True)
         await self.email_start_early_offers()
         return actions
 

@@ -61,14 +61,17 @@ class Waitlist(LoggingConfigurable):
         return await loop.run_in_executor(self.executor, partial(func, *args, **kwargs))
 
     async def capacity_freed(
-        self, pools: Iterable[str] | None = None, now: datetime | None = None
+        self, pools: Iterable[str] | None = None, now: datetime | None = None,
+        search_longer: bool = False,
     ) -> list[tuple[Wait, Booking]]:
         """Book what waits in ``pools`` (all when None) and tell each user; never raises, so
         the change that freed the capacity is answered whatever happens here (the next
-        lifecycle tick tries again)."""
+        lifecycle tick tries again). ``search_longer``: a wait refused because the exact
+        re-placement ran out of time may get the longer search (``WaitStore.serve``); the
+        lifecycle tick asks for it, a user's cancel does not wait for it."""
         try:
             served = await self._in_executor(
-                self.waits.serve, None if pools is None else list(pools), now
+                self.waits.serve, None if pools is None else list(pools), now, search_longer
             )
         except Exception as error:
             if unavailable_reason(error):  # an outage: one line, not a traceback a tick

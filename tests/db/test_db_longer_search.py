@@ -1,5 +1,6 @@
 """A create whose exact re-placement ran out of time under the pool's lock searches again
-without it, and writes what it finds only if it still holds (issue 17, item 1), on every backend.
+without it, and writes what it finds only if it still holds (issue 17, item 1), on every backend;
+so does a wait when the lifecycle tick serves the waitlist.
 
 The pool is above the exact chain's limit (17 GPUs) and the bounded chain and repack get no
 budget, so only the integer program can let the whole GPU in; that program "runs out of time"
@@ -20,7 +21,9 @@ from jhub_gpubooking.core import exact_moves, replacement
 from jhub_gpubooking.core.errors import NoCapacity
 from jhub_gpubooking.core.model import Placement
 from jhub_gpubooking.core.placement import overbooked_instants
+from jhub_gpubooking.core.waitlist import WaitState
 from jhub_gpubooking.db.unit_of_work import SPENT_SECONDS
+from jhub_gpubooking.db.waitlist import SEARCH_AGAIN_AFTER, WaitStore
 
 SHORT, LONG = 0.5, 5.0
 
@@ -186,3 +189,57 @@ def test_the_creates_of_one_transaction_share_the_exact_steps_time(big_store, se
     assert (whole.user, whole.placement.node) == ("erin", "node-x")
     assert searches == [("admitted", True)]
     assert overbooked_instants(BIG, pool_bookings(big_store)) == []
+
+
+def test_a_wait_that_ran_out_is_searched_longer_when_the_tick_serves(big_store, searches):
+    """A wait kept out only because the exact step ran out under the lock: a cancel's serve
+    leaves it waiting at once; the lifecycle tick's serve searches longer and books it."""
+    quarters = fragmented_big(big_store)
+    waits = WaitStore(big_store)
+    wait = waits.join("dave", "big", 1, at(11), at(12))
+    hard = HardPrograms()
+    with hard.patched():
+        assert waits.serve() == []
+        assert hard.limits == [SHORT]
+        ((served, booking),) = waits.serve(search_longer=True)
+    # its short step ran out again; the longer one found the move, which still held
+    assert hard.limits == [SHORT, SHORT, LONG]
+    assert (served.id, served.state, served.booking_id) == (wait.id, WaitState.BOOKED, booking.id)
+    assert [(w.state, w.booking_id) for w in waits.list()] == [(WaitState.BOOKED, booking.id)]
+    assert_one_quarter_joined(big_store, quarters, booking)
+    assert [e.kind for e in big_store.history(booking.id)] == ["created", "waitlist_booked"]
+    assert overbooked_instants(BIG, pool_bookings(big_store)) == []
+    assert searches == [("admitted", True)]
+
+
+def test_one_wait_is_searched_longer_per_serve_and_each_once_in_a_while(big_store, clock,
+                                                                        searches):
+    """Each longer search keeps a core busy, and every tick serves the list: one wait per
+    serve (the first in fair order), and a wait whose search found nothing is not searched
+    again for SEARCH_AGAIN_AFTER."""
+    fragmented_big(big_store)
+    waits = WaitStore(big_store)
+    for user in ("dave", "erin"):
+        waits.join(user, "big", 1, at(11), at(12))
+    limits = []
+
+    def runs_out_then_finds_nothing(*args, time_limit, **kwargs):
+        limits.append(time_limit)
+        if time_limit < LONG:
+            raise exact_moves.RanOut("a hard program")
+        return None
+
+    with mock.patch.multiple(replacement, BOUNDED_EXPANSIONS=0, REPACK_GPU_STEPS=0,
+                             place_exactly=runs_out_then_finds_nothing):
+        for expected in ([SHORT, SHORT, LONG],  # both ran out; dave, first come, searched
+                         [SHORT, SHORT, LONG],  # erin's turn
+                         [SHORT, SHORT]):  # both searched a moment ago
+            limits.clear()
+            assert waits.serve(search_longer=True) == []
+            assert limits == expected
+        clock.advance(SEARCH_AGAIN_AFTER)
+        limits.clear()
+        assert waits.serve(search_longer=True) == []
+        assert limits == [SHORT, SHORT, LONG]
+    assert searches == [("refused", True)] * 3
+    assert [w.state for w in waits.list()] == [WaitState.WAITING] * 2

@@ -62,3 +62,18 @@ async def test_a_failure_while_serving_never_fails_the_change_that_freed_capacit
     service.waitlist.waits.serve = broken
     assert await service.waitlist.capacity_freed(["a100"]) == []
     assert "Serving the waitlist failed" in caplog.text
+
+
+async def test_the_tick_lets_a_wait_search_longer_a_users_change_does_not(service):
+    """The longer search (up to exact_move_retry_seconds) runs on the lifecycle tick, never
+    inside the request of a user whose cancel or shortened booking freed the capacity."""
+    asked = []
+
+    def serve(pools, now, search_longer):
+        asked.append((pools, search_longer))
+        return []
+
+    service.waitlist.waits.serve = serve
+    await service.waitlist.capacity_freed(["a100"])  # as the cancel and PATCH handlers call it
+    await service.lifecycle.tick(at(10, 20))
+    assert asked == [(["a100"], False), (None, True)]
