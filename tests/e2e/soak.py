@@ -3,7 +3,8 @@ JupyterHub, configurable-http-proxy, booking service, GPUBookingSpawner and the 
 cluster running real jupyterhub-singleuser processes), with every invariant of
 :mod:`soak_invariants` checked after every step.
 
-Actions: book, extend, shorten, end now, cancel; start and stop default and named servers on
+Actions: book (a refused user may join the waitlist), withdraw a wait, extend, shorten, end
+now, cancel; start and stop default and named servers on
 CPU and GPU profiles; pods made outside the Hub in gated namespaces (the service's admission
 webhook), mostly on bookings their namespace's owner made for them, so that admissions, the
 one-pod-per-booking refusal and the release at the pod's end all happen; restarts of the
@@ -63,7 +64,10 @@ AMOUNTS = {"a100": (0.25, 0.25, 0.5, 1, 2), "l4": (1, 1, 2)}
 WEIGHTS = {
     "book": 14, "book for pod": 5, "extend": 8, "shorten": 5, "end now": 5, "cancel": 4,
     "start server": 12, "stop server": 7, "create pod": 7, "delete pod": 4, "pause": 9,
+    "withdraw wait": 2,
 }
+#: how often a user refused for capacity joins the waitlist instead of giving up
+JOIN_WAITLIST = 0.5
 #: real single-user servers cost CPU: beyond this many the walk stops one instead
 MAX_SERVERS = 6
 MAX_OUTSIDE_PODS = 4
@@ -211,6 +215,9 @@ class Walk:
                   ceil_to_grid(now(), 1) + timedelta(hours=2))
         # bookings and report must show one moment: a start may create an opportunistic grant,
         # the lifecycle tick may release or preempt one, while they are read
+        # waits before bookings: a wait read as booked names a booking made in the same
+        # transaction, so the bookings read after it hold that booking
+        waits = self.all_pages("waits", "waits")
         bookings = self.all_bookings()
         for _attempt in range(5):
             report = self.get(self.driver.booking, "admin/report", params={
@@ -223,7 +230,7 @@ class Walk:
             for name, model in (user.get("servers") or {}).items():
                 servers[(user["name"], name)] = model
         return Snapshot(now=now(), bookings=bookings, servers=servers, pods=pods.result(),
-                        report=report, report_period=period, pools=self.pools)
+                        report=report, report_period=period, pools=self.pools, waits=waits)
 
     def timed(self, what: str, read: Callable[[], object]):
         began = time.monotonic()
@@ -233,11 +240,15 @@ class Walk:
             self.result.seconds_by_read[what] += time.monotonic() - began
 
     def all_bookings(self) -> dict[int, dict]:
+        return self.all_pages("bookings", "bookings")
+
+    def all_pages(self, path: str, key: str) -> dict[int, dict]:
+        """Every item of a paged list of the service, by id."""
         found, cursor = {}, None
         while True:
-            page = self.get(self.driver.booking, "bookings",
+            page = self.get(self.driver.booking, path,
                             params={"limit": 500, **({"cursor": cursor} if cursor else {})})
-            found.update({booking["id"]: booking for booking in page["bookings"]})
+            found.update({item["id"]: item for item in page[key]})
             cursor = page.get("next_cursor")
             if not cursor:
                 return found
@@ -266,12 +277,34 @@ class Walk:
         if self.rng.random() < 0.25:
             start += timedelta(minutes=self.rng.randint(1, 3))
         end = start + timedelta(minutes=self.rng.randint(1, 4))
-        response = self.driver.booking.post("bookings", json={
-            "user": self.rng.choice(USERS), "pool": pool,
-            "gpus": self.rng.choice(AMOUNTS[pool]),
-            "start": format_time(start), "end": format_time(end)})
-        return self.answered(response, {201: "booked", 409: "full", 403: "over a limit",
-                                        400: "start passed"})
+        request = {"user": self.rng.choice(USERS), "pool": pool,
+                   "gpus": self.rng.choice(AMOUNTS[pool]),
+                   "start": format_time(start), "end": format_time(end)}
+        response = self.driver.booking.post("bookings", json=request)
+        outcome = self.answered(response, {201: "booked", 409: "full", 403: "over a limit",
+                                           400: "start passed"})
+        if outcome == "full" and self.rng.random() < JOIN_WAITLIST:
+            return self.join_waitlist(request)
+        return outcome
+
+    def join_waitlist(self, request: dict) -> str:
+        """The refused user waits for the same interval, or for any start up to 3 minutes
+        later."""
+        window_end = parse_time(request["end"]) + timedelta(minutes=self.rng.randint(0, 3))
+        response = self.driver.booking.post(
+            "waits", json={**request, "window_end": format_time(window_end)})
+        outcome = self.answered(response, {201: "full, waits", 409: "full, waits enough",
+                                           403: "full, over a limit", 400: "full, start passed"})
+        if outcome == "full, waits" and response.json()["state"] == "booked":
+            return "full, booked from the waitlist"
+        return outcome
+
+    def do_withdraw_wait(self) -> str:
+        waiting = [w for _id, w in sorted(self.snapshot.waits.items()) if w["state"] == "waiting"]
+        if not waiting:
+            return "nothing waits"
+        response = self.driver.booking.delete(f"waits/{self.rng.choice(waiting)['id']}")
+        return self.answered(response, {200: "withdrawn", 409: "ended meanwhile"})
 
     def do_extend(self) -> str:
         candidates = self.bookings_in("active", "upcoming")

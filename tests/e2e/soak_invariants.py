@@ -13,7 +13,10 @@ The promise under test: the booked share, exactly while booked.
 - an extended booking's server outlives the booking's old end;
 - no instant at which a GPU is booked beyond its capacity;
 - a booking the admission webhook claimed for a pod is released once the pod is gone;
-- the accounting adds up: booked = used + idle + released + no-show + scheduled.
+- the accounting adds up: booked = used + idle + released + no-show + scheduled;
+- a booked wait names its own booking (its user, pool and share, starting within the wait's
+  window), no booking serves two waits, a wait that ended stays as it ended, and none is still
+  waiting a slot after its latest start.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Snapshot:
     report: dict  # the service's usage report by pool over ``report_period``
     report_period: tuple[datetime, datetime]
     pools: dict[str, dict]  # the service's pools, by name
+    waits: dict[int, dict] = field(default_factory=dict)  # every wait, by id (the service's JSON)
 
     def live_pods(self) -> list[dict]:
         return [pod for pod in self.pods if pod_is_live(pod)]
@@ -151,12 +155,14 @@ def booked_hours(booking: dict, start: datetime, end: datetime) -> Fraction:
 class InvariantChecker:
     """Checks a snapshot; ``checks`` counts what was checked, per invariant."""
 
-    def __init__(self, grace: timedelta, slack: timedelta):
+    def __init__(self, grace: timedelta, slack: timedelta, slot: timedelta = timedelta(minutes=1)):
         self.grace = grace
         #: what stopping takes when nothing is down: the lifecycle tick, the Hub's stop, the
         #: pod's deletion; the walk's own step and check come on top
         self.slack = slack
+        self.slot = slot  # the service's booking grid: a wait expires once its last slot ended
         self.checks: Counter[str] = Counter()
+        self._ended_waits: dict[int, tuple[str, int | None]] = {}
         self._ready: dict[ServerKey, tuple[int | None, datetime]] = {}
         self._podless_claims: dict[tuple[int, str], datetime] = {}
 
@@ -169,6 +175,7 @@ class InvariantChecker:
             *self.no_instant_overbooked(snapshot),
             *self.pod_claims_end_with_their_pod(snapshot, facts),
             *self.accounting_adds_up(snapshot),
+            *self.waits_keep_their_word(snapshot, facts),
         ]
 
     def one_pod_per_booking(self, snapshot: Snapshot) -> list[str]:
@@ -352,3 +359,49 @@ class InvariantChecker:
                     f"its bookings {hours:.4f}: {mine}"
                 )
         return violations
+
+    def waits_keep_their_word(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
+        violations = []
+        served: dict[int, int] = {}  # booking id -> the wait it was made for
+        for wait_id, wait in sorted(snapshot.waits.items()):
+            ended = self._ended_waits.get(wait_id)
+            if ended is not None:
+                self.checks["a wait's end is final"] += 1
+                if (wait["state"], wait["booking_id"]) != ended:
+                    violations.append(f"wait {wait_id} ended {ended} and is now "
+                                      f"{(wait['state'], wait['booking_id'])}")
+            if wait["state"] == "waiting":
+                self.checks["waits expire after their latest start"] += 1
+                expires = parse_time(wait["latest_start"]) + self.slot
+                allowed = self.slack + facts.outage_within(expires, snapshot.now)
+                if snapshot.now - expires > allowed:
+                    violations.append(f"wait {wait_id} still waits {snapshot.now - expires} after "
+                                      f"its last slot ended (allowed {allowed})")
+            elif wait["state"] == "booked":
+                self.checks["a booked wait names its own booking"] += 1
+                violations += self._booked_as_asked(wait_id, wait, snapshot, served)
+        self._ended_waits = {wait_id: (wait["state"], wait["booking_id"])
+                             for wait_id, wait in snapshot.waits.items()
+                             if wait["state"] != "waiting"}
+        return violations
+
+    @staticmethod
+    def _booked_as_asked(wait_id: int, wait: dict, snapshot: Snapshot,
+                         served: dict[int, int]) -> list[str]:
+        booking_id = wait["booking_id"]
+        booking = snapshot.bookings.get(booking_id)
+        if booking is None:
+            return [f"wait {wait_id} was booked as booking {booking_id}, which does not exist"]
+        problems = []
+        other = served.setdefault(booking_id, wait_id)
+        if other != wait_id:
+            problems.append(f"booking {booking_id} was made for waits {other} and {wait_id}")
+        asked = (wait["user"], wait["pool"], Fraction(str(wait["gpus"])))
+        got = (booking["user"], booking["pool"], Fraction(str(booking["gpus"])))
+        if asked != got:
+            problems.append(f"wait {wait_id} asked for {asked}, its booking {booking_id} is {got}")
+        if not (parse_time(wait["start"]) <= parse_time(booking["start"])
+                <= parse_time(wait["latest_start"])):
+            problems.append(f"wait {wait_id} may start {wait['start']}..{wait['latest_start']}, "
+                            f"its booking {booking_id} starts {booking['start']}")
+        return problems

@@ -43,14 +43,25 @@ def report(booked: float, **parts: float) -> dict:
     return {"rows": [{"key": "a100", **totals}], "total": totals}
 
 
-def snapshot(bookings: list[dict], pods=(), servers=None, hours=None) -> Snapshot:
+def wait(id: int, start: int, latest_start: int, *, state: str = "waiting",
+         booking_id: int | None = None, user: str = "ada", slices: int = 2) -> dict:
+    """A wait JSON from minutes after 10:00 (an hour long)."""
+    at = NOW.replace(minute=0, second=0)
+    return {"id": id, "user": user, "pool": "a100", "gpus": f"{slices}/4",
+            "start": format_time(at + timedelta(minutes=start)),
+            "latest_start": format_time(at + timedelta(minutes=latest_start)),
+            "minutes": 60, "state": state, "booking_id": booking_id}
+
+
+def snapshot(bookings: list[dict], pods=(), servers=None, hours=None, waits=()) -> Snapshot:
     period = (NOW.replace(minute=0, second=0), NOW + timedelta(hours=2))
     by_id = {b["id"]: b for b in bookings}
     if hours is None:
         booked = float(sum(booked_hours(b, *period) for b in bookings))
         hours = report(booked, idle=booked)
     return Snapshot(now=NOW, bookings=by_id, servers=servers or {}, pods=list(pods),
-                    report=hours, report_period=period, pools=POOLS)
+                    report=hours, report_period=period, pools=POOLS,
+                    waits={w["id"]: w for w in waits})
 
 
 def check(*snapshots: Snapshot, facts: WalkFacts | None = None) -> list[str]:
@@ -144,3 +155,36 @@ def test_a_pod_claim_must_end_with_its_pod():
         "(allowed 0:01:20)"]
     # released: nothing left to watch
     assert checker.check(snapshot([booking(1, 0, 60)]), WalkFacts()) == []
+
+
+def test_a_booked_wait_names_its_own_booking():
+    made = booking(7, 10, 70)  # ada's half GPU from 10:10, "gpus" 0.5 where the wait says 2/4
+    assert check(snapshot([made], waits=[wait(1, 0, 10, state="booked", booking_id=7)])) == []
+    assert check(snapshot([made], waits=[wait(1, 0, 10, state="booked", booking_id=8)])) == [
+        "wait 1 was booked as booking 8, which does not exist"]
+    assert check(snapshot([made], waits=[wait(1, 0, 10, state="booked", booking_id=7),
+                                         wait(2, 0, 10, state="booked", booking_id=7)])) == [
+        "booking 7 was made for waits 1 and 2"]
+    assert check(snapshot([made], waits=[
+        wait(1, 0, 10, state="booked", booking_id=7, user="bob", slices=1)])) == [
+        "wait 1 asked for ('bob', 'a100', Fraction(1, 4)), its booking 7 is "
+        "('ada', 'a100', Fraction(1, 2))"]
+    assert len(check(snapshot([made], waits=[wait(1, 0, 5, state="booked", booking_id=7)]))) == 1
+
+
+def test_a_wait_that_ended_stays_as_it_ended():
+    booked = snapshot([booking(7, 10, 70)], waits=[wait(1, 0, 10, state="booked", booking_id=7)])
+    again = snapshot([booking(7, 10, 70)], waits=[wait(1, 0, 40)])
+    assert check(booked, again) == ["wait 1 ended ('booked', 7) and is now ('waiting', None)"]
+    withdrawn = snapshot([], waits=[wait(1, 0, 40, state="withdrawn")])
+    assert check(withdrawn, withdrawn) == []
+
+
+def test_a_wait_expires_one_slot_after_its_latest_start():
+    # its last slot, 10:29-10:30, ended 20 s ago: the slack
+    assert check(snapshot([], waits=[wait(1, 0, 29)])) == []
+    late = snapshot([], waits=[wait(1, 0, 28)])  # ended 80 s ago
+    assert check(late) == ["wait 1 still waits 0:01:20 after its last slot ended (allowed 0:00:20)"]
+    facts = WalkFacts(outages=[(NOW - timedelta(minutes=2), NOW)])  # the service was restarting
+    assert check(late, facts=facts) == []
+    assert check(snapshot([], waits=[wait(1, 0, 28, state="expired")])) == []
