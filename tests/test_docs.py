@@ -124,6 +124,7 @@ COMPONENT_PAGES = {
     "ClusterAccess": ["discover-pools"],
     "AdmissionWebhook": ["admission-webhook"],
     "NodeInventory": ["discover-pools"],
+    "OrphanPods": ["lifecycle"],
     "Budgets": ["budgets-and-series"],
     "RecurringSeries": ["budgets-and-series"],
     "Opportunistic": ["opportunistic"],

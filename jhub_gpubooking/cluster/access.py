@@ -16,12 +16,14 @@ IN_CLUSTER_VARIABLES = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 
 
 class ClusterAccess(LoggingConfigurable):
-    """Credentials of the node watch and of the admission webhook's pod claims."""
+    """Credentials of the node watch, the admission webhook's pod claims and the sweep for
+    pods the Hub forgot."""
 
     kubeconfig = Unicode(
-        "", help="Kubeconfig file for the node watch and the webhook's pod claims; empty: the "
-        "pod's in-cluster service account (its role needs get, list and watch on nodes, and get "
-        "and delete on pods in the gated namespaces)."
+        "", help="Kubeconfig file for the node watch, the webhook's pod claims and the sweep "
+        "for pods the Hub forgot; empty: the pod's in-cluster service account (its role needs "
+        "get, list and watch on nodes, get and delete on pods in the gated namespaces, and list "
+        "and delete on pods in OrphanPods.hub_namespace)."
     ).tag(config=True)
 
     def connector(self, purpose: str) -> Callable[[], Awaitable[Any]]:

@@ -40,6 +40,7 @@ from traitlets.config import Application, Config, catch_config_error
 from .._version import __version__
 from ..cluster.access import ClusterAccess
 from ..cluster.nodes import NodeInventory
+from ..cluster.orphans import OrphanPods
 from ..cluster.webhook import AdmissionWebhook
 from ..core.clock import Clock, SystemClock
 from ..core.exact_moves import DEFAULT_RETRY_SECONDS
@@ -85,6 +86,7 @@ COMPONENTS = (
     GPUMonitoring,
     ClusterAccess,
     AdmissionWebhook,
+    OrphanPods,
     NodeInventory,
 )
 
@@ -505,6 +507,10 @@ class GPUBookingService(Application):
             grace_seconds=self.lifecycle.end_grace_seconds,
         )
         self.lifecycle.webhook = self.webhook
+        self.lifecycle.orphan_pods = OrphanPods(
+            **common, connector=self.cluster_access.connector,
+            grace_seconds=self.lifecycle.end_grace_seconds,
+        )
         # the tick serves the waitlist after its releases (and expires past waits)
         self.waitlist = self.lifecycle.waitlist = Waitlist(**common, emails=self.emails)
         self.opportunistic = Opportunistic(

@@ -108,6 +108,11 @@ class Lifecycle(LoggingConfigurable):
         help="The AdmissionWebhook: stops pods holding bookings, reconciles its claims. Set by "
         "the service after this component (the webhook takes end_grace_seconds from it).",
     )
+    orphan_pods = Any(
+        None,
+        help="The OrphanPods sweep: deletes Hub servers' pods that outlive their booking "
+        "because the Hub forgot them. Set by the service after this component.",
+    )
     slot_minutes = Integer(15, help="The service's booking grid (releases end on it).")
     hub_api_url = Unicode(help="The Hub's REST API URL.")
     api_token = Unicode(help="The service's Hub API token (needs delete:servers to stop).")
@@ -154,6 +159,8 @@ class Lifecycle(LoggingConfigurable):
         # bookings the admission webhook claimed for pods (admission/claims.py)
         if self.webhook is not None:
             await self.webhook.reconcile_pod_claims(now)
+        if self.orphan_pods is not None:
+            await self.orphan_pods.sweep(now)
         if self.waitlist is not None:
             await self.waitlist.capacity_freed(now=now, search_longer=True)
         await self.email_start_early_offers()

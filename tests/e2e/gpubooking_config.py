@@ -30,3 +30,8 @@ if os.environ.get("E2E_PROFILE") == "soak":
     c.AdmissionWebhook.namespace_owners = owners
     c.AdmissionWebhook.webhook_deadline_grace_seconds = 0
     c.ClusterAccess.kubeconfig = os.path.join(os.environ["DEMO_STATE_DIR"], "kubeconfig")
+    # a start pending when the walk restarts the Hub leaves a pod the Hub forgets: the sweep
+    # deletes it once its booking is over (jhub_gpubooking.cluster.orphans), well within the
+    # soak's slack (the Hub's own stops take a few seconds here)
+    c.OrphanPods.hub_namespace = "jhub-demo"
+    c.OrphanPods.orphan_pod_seconds = 15

@@ -1,0 +1,171 @@
+"""Pods of Hub servers the Hub forgot (``c.OrphanPods``): deleted once their booking is over.
+
+The service ends a booking's Hub server through the Hub's API, and a Hub server's pod gets only
+the spawner's backstop deadline, never its booking's end (a running pod's
+``activeDeadlineSeconds`` cannot be raised when the booking is extended). A server whose start
+was still pending when the Hub stopped (an upgrade, a restart, a crash) is not in the Hub's
+database when it comes back: its pod runs on, unknown to the Hub, so a stop through the Hub
+cannot reach it, and it keeps its GPU for hours past its booking, under the GPUs' next user.
+
+Every lifecycle tick therefore lists the pods of the Hub's namespace that carry a booking id
+(the spawner's ``gpubooking.jupyter.org/booking-id`` label) and deletes those whose booking has
+been over for longer than the Hub's own stop may take: :func:`overdue_pods` is the rule,
+:class:`OrphanPods` does the I/O with ``kubernetes_asyncio``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from traitlets import Any as AnyTrait
+from traitlets import Integer, Unicode, default
+from traitlets.config import LoggingConfigurable
+
+from ..admission.claims import FINISHED_PHASES
+from ..core.errors import NotFound
+from ..core.model import Booking
+from ..gpu import LABEL_PREFIX
+
+log = logging.getLogger(__name__)
+
+#: The label the spawner puts on a booked server's pod (gpu.booking_pod_settings).
+BOOKING_ID_LABEL = LABEL_PREFIX + "booking-id"
+
+
+@dataclass(frozen=True)
+class LabelledPod:
+    """What the sweep needs of a pod carrying a booking id."""
+
+    namespace: str
+    name: str
+    booking_id: int
+    phase: str = "Pending"
+    deleting: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.deleting or self.phase in FINISHED_PHASES
+
+
+def over_since(booking: Booking) -> datetime:
+    """When ``booking`` stopped covering a pod (in the future while it still does): its end; for
+    a booking the service cut short (a preempted grant, a release) the moment it did, which may
+    come after the new end (a grant is cut back to where the preempting booking starts); for a
+    cancelled one, the cancel."""
+    if booking.status == "cancelled":
+        return booking.updated or booking.start
+    if booking.release_reason is not None and booking.updated is not None:
+        return max(booking.end, booking.updated)
+    return booking.end
+
+
+def overdue_pods(pods: Iterable[LabelledPod], bookings: Mapping[int, Booking], now: datetime,
+                 allowed: timedelta) -> list[LabelledPod]:
+    """The pods to delete at ``now``: still running, and their booking (in ``bookings``; one that
+    is not there is left alone) over for more than ``allowed``, the time the Hub's own stop of
+    the server may take."""
+    return [pod for pod in pods
+            if not pod.finished and pod.booking_id in bookings
+            and now - over_since(bookings[pod.booking_id]) > allowed]
+
+
+def labelled_pod(pod: Any) -> LabelledPod | None:
+    """A ``kubernetes_asyncio`` V1Pod as the sweep sees it (None: its label is no booking id)."""
+    value = (pod.metadata.labels or {}).get(BOOKING_ID_LABEL, "")
+    if not value.isdigit():
+        return None
+    return LabelledPod(pod.metadata.namespace, pod.metadata.name, int(value),
+                       (pod.status.phase if pod.status else None) or "Pending",
+                       pod.metadata.deletion_timestamp is not None)
+
+
+class OrphanPods(LoggingConfigurable):
+    """Deletes Hub servers' pods that outlive their booking (see the module's docstring)."""
+
+    hub_namespace = Unicode(
+        help="Namespace of the Hub's single-user pods, which the lifecycle tick sweeps for pods "
+        "of ended bookings (default: $POD_NAMESPACE, which z2jh sets in the hub pod, where "
+        "KubeSpawner starts the pods too). Empty turns the sweep off. The service's credentials "
+        "(ClusterAccess) need list and delete on pods there: z2jh's hub role has them."
+    ).tag(config=True)
+
+    @default("hub_namespace")
+    def _default_hub_namespace(self) -> str:
+        return os.environ.get("POD_NAMESPACE", "")
+
+    orphan_pod_seconds = Integer(
+        60, min=0,
+        help="Seconds past its booking's end (plus Lifecycle.end_grace_seconds) a pod of a Hub "
+        "server may still run before the service deletes it: the Hub's own stop comes first, "
+        "and a pod still there after this is one the Hub no longer knows.",
+    ).tag(config=True)
+
+    store = AnyTrait(help="The service's BookingStore.")
+    executor = AnyTrait(help="Executor for database work.")
+    connector = AnyTrait(help="ClusterAccess.connector: opens the Kubernetes API client.")
+    grace_seconds = Integer(0, help="Lifecycle.end_grace_seconds.")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._connect: Callable | None = None
+        if self.hub_namespace:
+            # checked now: the service refuses to start without a way to reach the API
+            self._connect = self.connector("The sweep for pods the Hub forgot (OrphanPods)")
+        self._unavailable_logged = False
+
+    @property
+    def allowed(self) -> timedelta:
+        return timedelta(seconds=self.grace_seconds + self.orphan_pod_seconds)
+
+    async def _run(self, func: Callable, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor,
+                                                                partial(func, *args))
+
+    def _bookings(self, ids: set[int]) -> dict[int, Booking]:
+        found = {}
+        for booking_id in sorted(ids):
+            try:
+                found[booking_id] = self.store.get(booking_id)
+            except NotFound:
+                pass  # another service's pod, or a booking database set up anew: not ours
+        return found
+
+    async def sweep(self, now: datetime) -> list[LabelledPod]:
+        """Delete the overdue pods of ``hub_namespace``; returns them (none when off)."""
+        if self._connect is None:
+            return []
+        from kubernetes_asyncio.client import CoreV1Api
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            async with await self._connect() as api_client:
+                api = CoreV1Api(api_client)
+                listed = await api.list_namespaced_pod(self.hub_namespace,
+                                                       label_selector=BOOKING_ID_LABEL)
+                pods = [p for p in map(labelled_pod, listed.items) if p is not None]
+                bookings = await self._run(self._bookings, {p.booking_id for p in pods})
+                overdue = overdue_pods(pods, bookings, now, self.allowed)
+                for pod in overdue:
+                    try:
+                        await api.delete_namespaced_pod(pod.name, pod.namespace)
+                    except ApiException as error:
+                        if error.status != 404:
+                            raise
+                    log.warning("Deleted pod %s/%s: its booking %s was over at %s and the Hub "
+                                "did not stop it (a start the Hub forgot while it restarted?)",
+                                pod.namespace, pod.name, pod.booking_id,
+                                over_since(bookings[pod.booking_id]))
+        except Exception as error:  # noqa: BLE001 - retried on the next tick
+            if not self._unavailable_logged:
+                log.warning("Pods of ended bookings not checked (retried every tick): %s", error)
+                self._unavailable_logged = True
+            return []
+        self._unavailable_logged = False
+        return overdue
