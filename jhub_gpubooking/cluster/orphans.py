@@ -102,9 +102,10 @@ class OrphanPods(LoggingConfigurable):
 
     orphan_pod_seconds = Integer(
         60, min=0,
-        help="Seconds past its booking's end (plus Lifecycle.end_grace_seconds) a pod of a Hub "
-        "server may still run before the service deletes it: the Hub's own stop comes first, "
-        "and a pod still there after this is one the Hub no longer knows.",
+        help="Seconds past the moment its booking was over (its end; for a booking cut short or "
+        "cancelled, the moment that happened), plus Lifecycle.end_grace_seconds, that a pod of "
+        "a Hub server may still run before the service deletes it: the Hub's own stop comes "
+        "first, and a pod still there after this is one the Hub no longer knows.",
     ).tag(config=True)
 
     store = AnyTrait(help="The service's BookingStore.")
