@@ -53,7 +53,7 @@ import psutil
 from jupyterhub.utils import url_path_join
 from sqlalchemy.engine import make_url
 
-from demo.launch import Demo, free_port
+from demo.launch import Demo, free_ports
 from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
 
 from .common import (
@@ -304,10 +304,11 @@ def phase_summary(phase: Phase) -> dict:
 def run_backend(backend: str, db_url: str, clients: int, rounds: int, unloaded: int,
                 open_loop_rounds: int, log_dir: Path) -> dict:
     admin_token = secrets.token_hex(32)
-    ports = {name: str(free_port()) for name in
-             ("DEMO_HUB_PORT", "DEMO_PROXY_API_PORT", "DEMO_SERVICE_PORT")}
+    hub, proxy_api, service, public, k8s = free_ports(5)
+    ports = {"DEMO_HUB_PORT": str(hub), "DEMO_PROXY_API_PORT": str(proxy_api),
+             "DEMO_SERVICE_PORT": str(service)}
     with tempfile.TemporaryDirectory(prefix="gpub-throughput-") as state:
-        demo = Demo(state_dir=Path(state), port=free_port(), k8s_port=free_port(),
+        demo = Demo(state_dir=Path(state), port=public, k8s_port=k8s,
                     admin_token=admin_token, hub_config=HERE / "hub_config.py",
                     extra_env={**ports, "BENCH_BOOKING_DB_URL": db_url},
                     log_dir=log_dir / backend)

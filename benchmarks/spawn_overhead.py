@@ -53,7 +53,7 @@ from jupyterhub.objects import Hub
 from jupyterhub.utils import url_path_join
 from traitlets.config.loader import PyFileConfigLoader
 
-from demo.launch import Demo, free_port
+from demo.launch import Demo, free_ports
 from jhub_gpubooking.client import BookingClient
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
 
@@ -264,13 +264,14 @@ def start_hubs(stack: ExitStack, log_dir: Path) -> tuple[Demo, Demo]:
     admin_token = secrets.token_hex(32)
 
     def demo(kind: str, state: Path, **env: str) -> Demo:
-        ports = {name: str(free_port()) for name in
-                 ("DEMO_HUB_PORT", "DEMO_PROXY_API_PORT", "DEMO_SERVICE_PORT")}
-        return Demo(state_dir=state, port=free_port(), k8s_port=k8s_port,
+        hub, proxy_api, service, public = free_ports(4)
+        ports = {"DEMO_HUB_PORT": str(hub), "DEMO_PROXY_API_PORT": str(proxy_api),
+                 "DEMO_SERVICE_PORT": str(service)}
+        return Demo(state_dir=state, port=public, k8s_port=k8s_port,
                     admin_token=admin_token, hub_config=HERE / "spawn_hub_config.py",
                     extra_env={**ports, "BENCH_SPAWNER": kind, **env}, log_dir=log_dir / kind)
 
-    k8s_port = free_port()
+    (k8s_port,) = free_ports(1)
     states = [Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"gpub-spawn-{kind}-")))
               for kind in ("gated", "plain")]
     gated = stack.enter_context(demo("gated", states[0]))

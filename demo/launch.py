@@ -28,10 +28,18 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports nobody listens on right now. Bound together: ports taken
+    one after another may come back the same once the first socket is closed (seen when two
+    test runs shared the machine: a Hub's public and internal port were one port)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _check_alive(proc: subprocess.Popen | None) -> None:

@@ -29,7 +29,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -73,11 +72,13 @@ def _load_launcher():
 launch = _load_launcher()
 
 
+#: different TCP ports nobody listens on right now (one rule, the demo's)
+free_ports = launch.free_ports
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def descendant_pids(pid: int) -> set[int]:
@@ -326,12 +327,8 @@ def start_booking_hub(
     """
     directory.mkdir(parents=True, exist_ok=True)
     db_url = db_url or "sqlite:///" + str(directory / "bookings.sqlite")
-    ports = dict(
-        public_port=free_port(),
-        hub_port=free_port(),
-        proxy_api_port=free_port(),
-        service_port=free_port(),
-    )
+    ports = dict(zip(("public_port", "hub_port", "proxy_api_port", "service_port"),
+                     free_ports(4), strict=True))
     config_path = directory / "gpubooking_service_config.py"
     config_path.write_text(
         service_config(db_url, pools or DEFAULT_TEST_POOLS, extra_service_config)

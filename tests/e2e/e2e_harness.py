@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
-from hub_harness import launch
+from hub_harness import free_ports, launch
 
 from jhub_gpubooking.core.timegrid import format_time
 from jhub_gpubooking.devcluster import KubeconfigAccess
@@ -31,17 +30,6 @@ OUTPUT = REPO / "test-output"
 #: the demo's logs, one folder per virtual environment: scripts/test runs the dependency sets
 #: side by side, and a test that reads a log must not read the other run's
 E2E_LOGS = OUTPUT / "e2e-logs" / Path(sys.prefix).name
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def start_demo(
