@@ -70,6 +70,17 @@ def pod_facts(pod: Any) -> PodFacts:
                     deleting=pod.metadata.deletion_timestamp is not None)
 
 
+async def delete_pod(api: Any, namespace: str, name: str) -> None:
+    """Delete a pod through a ``kubernetes_asyncio`` CoreV1Api; one already gone is fine."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        await api.delete_namespaced_pod(name, namespace)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
 class PodClaims:
     """Reconcile the store's ``pod:`` claims with the cluster's pods.
 
@@ -102,13 +113,7 @@ class PodClaims:
 
     @staticmethod
     async def _delete_pod(api: Any, namespace: str, name: str) -> None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            await api.delete_namespaced_pod(name, namespace)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        await delete_pod(api, namespace, name)
 
     async def _core_api(self, api_client: Any) -> Any:
         from kubernetes_asyncio.client import CoreV1Api

@@ -28,7 +28,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Integer, Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from ..admission.claims import FINISHED_PHASES
+from ..admission.claims import FINISHED_PHASES, delete_pod
 from ..core.errors import NotFound
 from ..core.model import Booking
 from ..gpu import LABEL_PREFIX
@@ -143,7 +143,6 @@ class OrphanPods(LoggingConfigurable):
         if self._connect is None:
             return []
         from kubernetes_asyncio.client import CoreV1Api
-        from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
             async with await self._connect() as api_client:
@@ -154,11 +153,7 @@ class OrphanPods(LoggingConfigurable):
                 bookings = await self._run(self._bookings, {p.booking_id for p in pods})
                 overdue = overdue_pods(pods, bookings, now, self.allowed)
                 for pod in overdue:
-                    try:
-                        await api.delete_namespaced_pod(pod.name, pod.namespace)
-                    except ApiException as error:
-                        if error.status != 404:
-                            raise
+                    await delete_pod(api, pod.namespace, pod.name)
                     log.warning("Deleted pod %s/%s: its booking %s was over at %s and the Hub "
                                 "did not stop it (a start the Hub forgot while it restarted?)",
                                 pod.namespace, pod.name, pod.booking_id,
