@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from traitlets.config import Config
 
+from jhub_gpubooking.admission.claims import PodFacts
 from jhub_gpubooking.cluster.orphans import BOOKING_ID_LABEL, LabelledPod, OrphanPods, overdue_pods
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.model import Booking
@@ -35,11 +36,12 @@ def test_a_pod_is_overdue_once_its_booking_is_over_for_longer_than_allowed():
                 3: booking(3, at(11), status="cancelled", updated=at(10, 20)),
                 # a grant preempted at 10:29, cut back to 10:15 where the preempting booking starts
                 5: booking(5, at(10, 15), release_reason="preempted", updated=at(10, 29))}
-    pods = [LabelledPod("jhub", "ended", 1, "Running"), LabelledPod("jhub", "active", 2, "Running"),
-            LabelledPod("jhub", "cancelled", 3), LabelledPod("jhub", "unknown", 4, "Running"),
-            LabelledPod("jhub", "preempted", 5, "Running"),
-            LabelledPod("jhub", "finished", 1, "Succeeded"),
-            LabelledPod("jhub", "going", 1, "Running", deleting=True)]
+    running = PodFacts("Running")
+    pods = [LabelledPod("jhub", "ended", 1, running), LabelledPod("jhub", "active", 2, running),
+            LabelledPod("jhub", "cancelled", 3), LabelledPod("jhub", "unknown", 4, running),
+            LabelledPod("jhub", "preempted", 5, running),
+            LabelledPod("jhub", "finished", 1, PodFacts("Succeeded")),
+            LabelledPod("jhub", "going", 1, PodFacts("Running", deleting=True))]
     ended, _, cancelled, _, preempted, _, _ = pods
     # the Hub's own stop gets the allowed minute, counted from when the booking became over
     assert overdue_pods(pods, bookings, at(10, 21), MINUTE) == []

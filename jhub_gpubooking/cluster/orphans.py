@@ -19,7 +19,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -28,7 +28,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Integer, Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from ..admission.claims import FINISHED_PHASES, delete_pod
+from ..admission.claims import PodFacts, delete_pod, pod_facts
 from ..core.errors import NotFound
 from ..core.model import Booking
 from ..gpu import LABEL_PREFIX
@@ -46,12 +46,7 @@ class LabelledPod:
     namespace: str
     name: str
     booking_id: int
-    phase: str = "Pending"
-    deleting: bool = False
-
-    @property
-    def finished(self) -> bool:
-        return self.deleting or self.phase in FINISHED_PHASES
+    facts: PodFacts = field(default_factory=PodFacts)
 
 
 def over_since(booking: Booking) -> datetime:
@@ -72,7 +67,7 @@ def overdue_pods(pods: Iterable[LabelledPod], bookings: Mapping[int, Booking], n
     is not there is left alone) over for more than ``allowed``, the time the Hub's own stop of
     the server may take."""
     return [pod for pod in pods
-            if not pod.finished and pod.booking_id in bookings
+            if not pod.facts.finished and pod.booking_id in bookings
             and now - over_since(bookings[pod.booking_id]) > allowed]
 
 
@@ -81,9 +76,7 @@ def labelled_pod(pod: Any) -> LabelledPod | None:
     value = (pod.metadata.labels or {}).get(BOOKING_ID_LABEL, "")
     if not value.isdigit():
         return None
-    return LabelledPod(pod.metadata.namespace, pod.metadata.name, int(value),
-                       (pod.status.phase if pod.status else None) or "Pending",
-                       pod.metadata.deletion_timestamp is not None)
+    return LabelledPod(pod.metadata.namespace, pod.metadata.name, int(value), pod_facts(pod))
 
 
 class OrphanPods(LoggingConfigurable):
