@@ -4,12 +4,11 @@ cluster running real jupyterhub-singleuser processes), with every invariant of
 :mod:`soak_invariants` checked after every step.
 
 Actions: book (a refused user may join the waitlist), withdraw a wait, extend, shorten, end
-now, cancel; start and stop default and named servers on
-CPU and GPU profiles; pods made outside the Hub in gated namespaces (the service's admission
-webhook), mostly on bookings their namespace's owner made for them, so that admissions, the
-one-pod-per-booking refusal and the release at the pod's end all happen; restarts of the
-booking service and of the Hub in the middle of the walk; pauses, so bookings start and end on
-the one-minute grid of the fast lifecycle clock.
+now, cancel, take an offer to start early; an admin's maintenance windows (added, their
+collisions cleared, removed); start and stop default and named servers on CPU and GPU
+profiles; pods made outside the Hub in gated namespaces (the service's admission webhook,
+see soak_pods.py); restarts of the booking service and of the Hub in the middle of the walk;
+pauses, so bookings start and end on the one-minute grid of the fast lifecycle clock.
 
 The seed fixes every choice the walk makes from what it sees; the live stack's timing still
 varies from run to run. Run it longer than CI does with::
@@ -33,14 +32,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from fractions import Fraction
 from pathlib import Path
 
 import httpx
 
 from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid, format_time, parse_time
-from jhub_gpubooking.core.wire import placement_from_json, pool_from_json
-from jhub_gpubooking.gpu import gpu_request
 
 # run as a script, too: the harness modules live next to this file and in tests/
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
@@ -51,12 +47,10 @@ from soak_invariants import (  # noqa: E402
     Snapshot,
     WalkFacts,
     pod_booking_id,
-    pod_name,
 )
+from soak_pods import GATED, OutsidePods  # noqa: E402
 
 USERS = ("u0", "u1", "u2", "u3", "u4")
-#: gated namespace -> its owner: pods made there outside the Hub need the owner's booking
-GATED = {"jobs-u0": "u0", "jobs-u1": "u1"}
 SERVER_NAMES = ("", "gpu")
 PROFILES = ("cpu", "a100", "a100", "l4")
 AMOUNTS = {"a100": (0.25, 0.25, 0.5, 1, 2), "l4": (1, 1, 2)}
@@ -64,27 +58,16 @@ AMOUNTS = {"a100": (0.25, 0.25, 0.5, 1, 2), "l4": (1, 1, 2)}
 WEIGHTS = {
     "book": 14, "book for pod": 5, "extend": 8, "shorten": 5, "end now": 5, "cancel": 4,
     "start server": 12, "stop server": 7, "create pod": 7, "delete pod": 4, "pause": 9,
-    "withdraw wait": 2,
+    "withdraw wait": 2, "start early": 4, "maintenance": 3,
 }
 #: how often a user refused for capacity joins the waitlist instead of giving up
 JOIN_WAITLIST = 0.5
 #: real single-user servers cost CPU: beyond this many the walk stops one instead
 MAX_SERVERS = 6
-MAX_OUTSIDE_PODS = 4
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(3600)"]
 
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def refusal_kind(message: str) -> str:
-    """The webhook's rule behind a refusal, from its sentence (admission/review.py)."""
-    if "one booking admits one pod at a time" in message:
-        return "booking in use"
-    if "has none now" in message:
-        return "no booking"
-    return "not covered"
 
 
 class SoakFailure(AssertionError):
@@ -140,12 +123,9 @@ class Walk:
         self.started = now()
         self.snapshot: Snapshot | None = None
         self.pools: dict[str, dict] = {}
-        self.pod_counter = 0
         #: reads the Hub and the cluster while the walk's thread reads the service
         self.reader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-snapshot")
-        #: pods the walk deleted while they held a booking: (booking id, holder) -> deleted at
-        self.deleted_holders: dict[tuple[int, str], datetime] = {}
-        self.deleted_pods: set[str] = set()  # "namespace/name" of pods the walk deleted
+        self.outside = OutsidePods(self, AMOUNTS)
         span = range(actions // 5, max(actions * 4 // 5, actions // 5 + 1))
         self.restarts = {step: "restart service"
                          for step in self.rng.sample(span, max(1, actions // 400))}
@@ -194,7 +174,7 @@ class Walk:
     def check(self, after: str = "the start") -> None:
         before, self.snapshot = self.snapshot, self.take_snapshot()
         violations = self.checker.check(self.snapshot, self.facts)
-        self.count_webhook_outcomes(before)
+        self.outside.count_outcomes(before)
         if violations:
             raise SoakFailure(f"after {after}:\n  " + "\n  ".join(violations))
 
@@ -218,6 +198,7 @@ class Walk:
         # waits before bookings: a wait read as booked names a booking made in the same
         # transaction, so the bookings read after it hold that booking
         waits = self.all_pages("waits", "waits")
+        windows = self.all_pages("maintenance", "windows")
         bookings = self.all_bookings()
         for _attempt in range(5):
             report = self.get(self.driver.booking, "admin/report", params={
@@ -230,7 +211,8 @@ class Walk:
             for name, model in (user.get("servers") or {}).items():
                 servers[(user["name"], name)] = model
         return Snapshot(now=now(), bookings=bookings, servers=servers, pods=pods.result(),
-                        report=report, report_period=period, pools=self.pools, waits=waits)
+                        report=report, report_period=period, pools=self.pools, waits=waits,
+                        windows=windows)
 
     def timed(self, what: str, read: Callable[[], object]):
         began = time.monotonic()
@@ -375,6 +357,72 @@ class Walk:
         response = self.driver.booking.delete(f"bookings/{booking['id']}")
         return self.answered(response, {200: done, 409: "ended meanwhile"})
 
+    def do_start_early(self) -> str:
+        """A user takes the service's offer (one of their notices) to start an upcoming booking
+        now, keeping its length; now and then one nobody offered (refused unless it fits)."""
+        upcoming = self.changeable("upcoming")
+        if not upcoming:
+            return "nothing to start early"
+        user = self.rng.choice(sorted({b["user"] for b in upcoming}))
+        notices = self.get(self.driver.booking, f"users/{user}/notices")["notices"]
+        offered = sorted(n["booking_id"] for n in notices if n["kind"] == "start_early")
+        if offered and self.rng.random() < 0.9:
+            booking_id, kind = self.rng.choice(offered), "offered"
+        else:
+            booking_id = self.rng.choice([b["id"] for b in upcoming if b["user"] == user])
+            kind = "not offered"
+        booking = self.snapshot.bookings.get(booking_id)
+        response = self.driver.booking.post(f"bookings/{booking_id}/start-early")
+        outcome = f"{kind}: " + self.answered(response, {200: "started early", 409: "refused",
+                                                         403: "over a limit"})
+        if response.status_code == 200:
+            moved = response.json()
+            self.facts.started_early[booking_id] = parse_time(moved["updated"])
+            if booking is not None and (
+                    parse_time(moved["end"]) - parse_time(moved["start"])
+                    != parse_time(booking["end"]) - parse_time(booking["start"])):
+                raise SoakFailure(f"booking {booking_id} started early did not keep its length: "
+                                  f"{booking['start']}..{booking['end']} became "
+                                  f"{moved['start']}..{moved['end']}")
+        return outcome
+
+    def do_maintenance(self) -> str:
+        """An admin blocks one node for a few minutes soon and clears what the window collides
+        with, as the docs say (cancel what has not started, shorten or end what has); or
+        removes a window, which serves the waitlist."""
+        windows = [w for _id, w in sorted(self.snapshot.windows.items())
+                   if parse_time(w["end"]) > now()]
+        if windows and self.rng.random() < 0.4:
+            response = self.driver.booking.delete(f"maintenance/{self.rng.choice(windows)['id']}")
+            return self.answered(response, {204: "window removed", 404: "window gone"})
+        pool = self.rng.choice(sorted(self.pools))
+        start = ceil_to_grid(now(), 1) + timedelta(minutes=self.rng.randint(0, 2))
+        window = {"pool": pool, "node": self.rng.choice(sorted(self.pools[pool]["nodes"])),
+                  "start": format_time(start),
+                  "end": format_time(start + timedelta(minutes=self.rng.randint(1, 3))),
+                  "reason": "soak"}
+        response = self.driver.booking.post("maintenance", json=window)
+        self.answered(response, {201: "window added"})
+        added = response.json()
+        for booking in added["colliding_bookings"]:
+            if not self.clear_collision(booking, start):
+                self.facts.uncleared.add((added["id"], booking["id"]))
+        return f"window added, {len(added['colliding_bookings'])} collisions"
+
+    def clear_collision(self, booking: dict, window_start: datetime) -> bool:
+        """Cancel ``booking`` if it has not started, else end it where the window starts (now
+        if that passed); False if it ended or started meanwhile in a way no call undoes."""
+        path = f"bookings/{booking['id']}"
+        if parse_time(booking["start"]) > now():
+            response = self.driver.booking.delete(path)
+            if response.status_code == 200:
+                return True
+        if ceil_to_grid(now(), 1) < window_start:
+            response = self.driver.booking.patch(path, json={"end": format_time(window_start)})
+        else:
+            response = self.driver.booking.delete(path)
+        return self.answered(response, {200: "cleared", 400: "ended", 409: "ended"}) == "cleared"
+
     # -- Hub servers -----------------------------------------------------------------------------
 
     def do_start_server(self) -> str:
@@ -409,97 +457,16 @@ class Walk:
         response = self.driver.hub.delete(path)
         return self.answered(response, {202: "stopping", 204: "stopped", 400: "not running"})
 
-    # -- pods made outside the Hub ----------------------------------------------------------------
-
-    def outside_pods(self) -> list[dict]:
-        return [pod for pod in self.snapshot.live_pods()
-                if pod["metadata"].get("namespace") in GATED]
+    # -- pods made outside the Hub (soak_pods.OutsidePods) --------------------------------------
 
     def do_book_for_pod(self) -> str:
-        """A gated namespace's owner books now for a job of its own: the next "create pod" there
-        is admitted on it (a booking nobody uses is released as a no-show within a minute)."""
-        pool = self.rng.choice(("a100", "l4"))
-        start = floor_to_grid(now(), 1)
-        response = self.driver.booking.post("bookings", json={
-            "user": self.rng.choice(sorted(GATED.values())), "pool": pool,
-            "gpus": self.rng.choice(AMOUNTS[pool]), "start": format_time(start),
-            "end": format_time(start + timedelta(minutes=self.rng.randint(1, 3)))})
-        return self.answered(response, {201: "booked", 409: "full", 403: "over a limit",
-                                        400: "start passed"})
+        return self.outside.book()
 
     def do_create_pod(self) -> str:
-        """Mostly a pod asking exactly what a free booking of its namespace's owner gives (the
-        webhook admits it and claims the booking); sometimes a second pod on a booking a pod
-        holds (refused: one pod per booking), or one in a namespace with nothing booked."""
-        if len(self.outside_pods()) >= MAX_OUTSIDE_PODS:
-            return self.do_delete_pod()
-        owned = {namespace: [b for b in self.bookings_in("active") if b["user"] == owner]
-                 for namespace, owner in sorted(GATED.items())}
-        free = [(ns, b) for ns, bookings in owned.items() for b in bookings if b["server"] is None]
-        held = [(ns, b) for ns, bookings in owned.items() for b in bookings
-                if (b["server"] or "").startswith(f"pod:{ns}/")]
-        roll = self.rng.random()
-        if free and roll < 0.65:
-            namespace, booking = self.rng.choice(free)
-        elif held and roll < 0.9:
-            namespace, booking = self.rng.choice(held)
-        else:
-            namespace, booking = self.rng.choice(sorted(GATED)), None
-        resources = ({"nvidia.com/gpu": "1"} if booking is None else {
-            name: str(count) for name, count in self.booking_resources(booking).items()})
-        self.pod_counter += 1
-        pod = {"metadata": {"name": f"train-{self.pod_counter}"},
-               "spec": {"restartPolicy": "Never", "containers": [{
-                   "name": "main", "image": "python:3.12", "command": SLEEPER,
-                   "resources": {"limits": resources}}]}}
-        response = self.driver.cluster.post(f"api/v1/namespaces/{namespace}/pods", json=pod)
-        # the webhook refuses with a sentence (403)
-        outcome = self.answered(response, {201: "admitted", 403: "refused"})
-        if outcome == "refused":
-            outcome = "refused: " + refusal_kind(response.text)
-        self.result.webhook[outcome] += 1
-        return outcome
-
-    def booking_resources(self, booking: dict) -> dict[str, int]:
-        """What a pod must ask for to run on ``booking``: the spawner's own translation."""
-        pool = pool_from_json(self.pools[booking["pool"]])
-        return gpu_request(pool, Fraction(str(booking["gpus"])),
-                           placement_from_json(booking["placement"])).resources
+        return self.outside.create()
 
     def do_delete_pod(self) -> str:
-        pods = self.outside_pods()
-        if not pods:
-            return "none to delete"
-        pod = self.rng.choice(sorted(pods, key=lambda p: p["metadata"]["name"]))
-        metadata = pod["metadata"]
-        response = self.driver.cluster.delete(
-            f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}")
-        outcome = self.answered(response, {200: "deleted", 404: "gone meanwhile"})
-        self.deleted_pods.add(pod_name(pod))
-        booking_id = pod_booking_id(pod)
-        if outcome == "deleted" and booking_id is not None:
-            holder = f"pod:{metadata['namespace']}/{metadata['name']}"
-            if self.snapshot.bookings.get(booking_id, {}).get("server") == holder:
-                self.deleted_holders[(booking_id, holder)] = now()
-                self.result.webhook["deleted while holding its booking"] += 1
-        return outcome
-
-    def count_webhook_outcomes(self, before: Snapshot | None) -> None:
-        """Claims of pods the walk deleted that the service has released since (the checker's
-        "pod claims end with their pod" fails one that outlives its pod too long), and
-        admitted pods the service deleted because their booking ended."""
-        for (booking_id, holder) in list(self.deleted_holders):
-            if self.snapshot.bookings.get(booking_id, {}).get("server") != holder:
-                del self.deleted_holders[(booking_id, holder)]
-                self.result.webhook["claim released at pod end"] += 1
-        if before is None:
-            return
-        live = {pod_name(pod) for pod in self.outside_pods()}
-        for pod in before.live_pods():
-            name = pod_name(pod)
-            if (pod["metadata"].get("namespace") in GATED and name not in live
-                    and name not in self.deleted_pods and pod_booking_id(pod) is not None):
-                self.result.webhook["deleted by the service at its booking's end"] += 1
+        return self.outside.delete()
 
     # -- time and restarts -----------------------------------------------------------------------
 

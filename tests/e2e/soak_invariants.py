@@ -15,8 +15,11 @@ The promise under test: the booked share, exactly while booked.
 - a booking the admission webhook claimed for a pod is released once the pod is gone;
 - the accounting adds up: booked = used + idle + released + no-show + scheduled;
 - a booked wait names its own booking (its user, pool and share, starting within the wait's
-  window), no booking serves two waits, a wait that ended stays as it ended, and none is still
-  waiting a slot after its latest start.
+  window, or before it once its user took an offer to start early), no booking serves two
+  waits, a wait that ended stays as it ended, and none is still waiting a slot after its latest
+  start;
+- no booking holds a GPU under a maintenance window, but for collisions the window's admin was
+  told about and could not clear.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class Snapshot:
     report_period: tuple[datetime, datetime]
     pools: dict[str, dict]  # the service's pools, by name
     waits: dict[int, dict] = field(default_factory=dict)  # every wait, by id (the service's JSON)
+    windows: dict[int, dict] = field(default_factory=dict)  # every maintenance window, by id
 
     def live_pods(self) -> list[dict]:
         return [pod for pod in self.pods if pod_is_live(pod)]
@@ -82,11 +86,16 @@ class Extension:
 @dataclass
 class WalkFacts:
     """What the walk did that the checker must know: whom it stopped, which extensions to
-    watch, and when the service or the Hub was down (nobody could stop a server then)."""
+    watch, when the service or the Hub was down (nobody could stop a server then), which
+    bookings started early and which collisions with maintenance the admin left."""
 
     user_stops: dict[ServerKey, datetime] = field(default_factory=dict)
     extensions: list[Extension] = field(default_factory=list)
     outages: list[tuple[datetime, datetime | None]] = field(default_factory=list)
+    #: bookings whose user took the offer to start early -> when they moved (their "updated")
+    started_early: dict[int, datetime] = field(default_factory=dict)
+    #: (window id, booking id): collisions a new window reported that the admin could not clear
+    uncleared: set[tuple[int, int]] = field(default_factory=set)
 
     def outage_within(self, start: datetime, end: datetime) -> timedelta:
         total = timedelta(0)
@@ -172,10 +181,11 @@ class InvariantChecker:
             *self.no_gpu_pod_without_booking(snapshot, facts),
             *self.servers_stop_only_when_their_booking_ends(snapshot, facts),
             *self.extended_servers_outlive_the_old_end(snapshot, facts),
-            *self.no_instant_overbooked(snapshot),
+            *self.no_instant_overbooked(snapshot, facts),
             *self.pod_claims_end_with_their_pod(snapshot, facts),
             *self.accounting_adds_up(snapshot),
             *self.waits_keep_their_word(snapshot, facts),
+            *self.maintenance_stays_free(snapshot, facts),
         ]
 
     def one_pod_per_booking(self, snapshot: Snapshot) -> list[str]:
@@ -270,7 +280,7 @@ class InvariantChecker:
                 )
         return violations
 
-    def no_instant_overbooked(self, snapshot: Snapshot) -> list[str]:
+    def no_instant_overbooked(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
         events: dict[tuple[str, str, int], list[tuple[datetime, int]]] = {}
         for booking in snapshot.bookings.values():
             placement = booking.get("placement")
@@ -278,8 +288,11 @@ class InvariantChecker:
                 continue
             # a booking made "now" starts at the slot's start, but holds its GPUs only from its
             # creation: what an ended booking or a preempted grant gave back before is not
-            # taken twice
-            start = max(parse_time(booking["start"]), parse_time(booking["created"]))
+            # taken twice; a booking started early, likewise from when it moved
+            held_from = [parse_time(booking["start"]), parse_time(booking["created"])]
+            if booking["id"] in facts.started_early:
+                held_from.append(facts.started_early[booking["id"]])
+            start = max(held_from)
             end = parse_time(booking["end"])
             if end <= start:
                 continue
@@ -379,7 +392,9 @@ class InvariantChecker:
                                       f"its last slot ended (allowed {allowed})")
             elif wait["state"] == "booked":
                 self.checks["a booked wait names its own booking"] += 1
-                violations += self._booked_as_asked(wait_id, wait, snapshot, served)
+                violations += self._booked_as_asked(wait_id, wait, snapshot, served,
+                                                    booking_moved=wait["booking_id"]
+                                                    in facts.started_early)
         self._ended_waits = {wait_id: (wait["state"], wait["booking_id"])
                              for wait_id, wait in snapshot.waits.items()
                              if wait["state"] != "waiting"}
@@ -387,7 +402,7 @@ class InvariantChecker:
 
     @staticmethod
     def _booked_as_asked(wait_id: int, wait: dict, snapshot: Snapshot,
-                         served: dict[int, int]) -> list[str]:
+                         served: dict[int, int], booking_moved: bool = False) -> list[str]:
         booking_id = wait["booking_id"]
         booking = snapshot.bookings.get(booking_id)
         if booking is None:
@@ -400,8 +415,31 @@ class InvariantChecker:
         got = (booking["user"], booking["pool"], Fraction(str(booking["gpus"])))
         if asked != got:
             problems.append(f"wait {wait_id} asked for {asked}, its booking {booking_id} is {got}")
-        if not (parse_time(wait["start"]) <= parse_time(booking["start"])
-                <= parse_time(wait["latest_start"])):
+        # an early start moves the booking before the window, on its user's word
+        earliest = None if booking_moved else parse_time(wait["start"])
+        if not ((earliest is None or earliest <= parse_time(booking["start"]))
+                and parse_time(booking["start"]) <= parse_time(wait["latest_start"])):
             problems.append(f"wait {wait_id} may start {wait['start']}..{wait['latest_start']}, "
                             f"its booking {booking_id} starts {booking['start']}")
         return problems
+
+    def maintenance_stays_free(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
+        """No booking placed, moved, extended or started early onto a node under maintenance;
+        the bookings a window collided with when it was added were cleared by the admin."""
+        violations = []
+        for window_id, window in sorted(snapshot.windows.items()):
+            self.checks["maintenance windows stay free"] += 1
+            start, end = parse_time(window["start"]), parse_time(window["end"])
+            for booking_id, booking in sorted(snapshot.bookings.items()):
+                placement = booking.get("placement")
+                if (booking["pool"] != window["pool"] or booking["state"] == "cancelled"
+                        or (window_id, booking_id) in facts.uncleared
+                        or (placement and window["node"] not in (None, placement["node"]))):
+                    continue
+                if parse_time(booking["start"]) < end and parse_time(booking["end"]) > start:
+                    violations.append(
+                        f"booking {booking_id} ({booking['start']}..{booking['end']} on "
+                        f"{placement and placement['node']}) holds a GPU under maintenance "
+                        f"window {window_id} ({window['start']}..{window['end']} on "
+                        f"{window['node'] or 'every node'} of {window['pool']})")
+        return violations

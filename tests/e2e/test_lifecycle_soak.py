@@ -31,6 +31,7 @@ def test_a_seeded_walk_keeps_every_booking_invariant(tmp_path):
     assert all(result.checks[name] > 0 for name in (
         "one pod per booking", "no GPU pod without an active booking",
         "servers stop only when their booking ends", "no instant overbooked",
-        "pod claims end with their pod", "accounting identity"))
+        "pod claims end with their pod", "accounting identity",
+        "maintenance windows stay free"))
     # pods made outside the Hub were admitted on their owner's booking, not only refused
     assert result.webhook["admitted"] > 0

@@ -53,7 +53,16 @@ def wait(id: int, start: int, latest_start: int, *, state: str = "waiting",
             "minutes": 60, "state": state, "booking_id": booking_id}
 
 
-def snapshot(bookings: list[dict], pods=(), servers=None, hours=None, waits=()) -> Snapshot:
+def window(id: int, start: int, end: int, node: str | None = "n1") -> dict:
+    """A maintenance window JSON from minutes after 10:00."""
+    at = NOW.replace(minute=0, second=0)
+    return {"id": id, "pool": "a100", "node": node, "reason": "soak",
+            "start": format_time(at + timedelta(minutes=start)),
+            "end": format_time(at + timedelta(minutes=end))}
+
+
+def snapshot(bookings: list[dict], pods=(), servers=None, hours=None, waits=(),
+             windows=()) -> Snapshot:
     period = (NOW.replace(minute=0, second=0), NOW + timedelta(hours=2))
     by_id = {b["id"]: b for b in bookings}
     if hours is None:
@@ -61,7 +70,7 @@ def snapshot(bookings: list[dict], pods=(), servers=None, hours=None, waits=()) 
         hours = report(booked, idle=booked)
     return Snapshot(now=NOW, bookings=by_id, servers=servers or {}, pods=list(pods),
                     report=hours, report_period=period, pools=POOLS,
-                    waits={w["id"]: w for w in waits})
+                    waits={w["id"]: w for w in waits}, windows={w["id"]: w for w in windows})
 
 
 def check(*snapshots: Snapshot, facts: WalkFacts | None = None) -> list[str]:
@@ -127,6 +136,15 @@ def test_overbooking_counts_a_booking_from_its_creation():
     assert check(snapshot([grant, made_now])) == []
 
 
+def test_overbooking_counts_a_booking_started_early_from_its_move():
+    ended_now = booking(1, 0, 30, slices=4)  # a whole GPU, its user ended it at 10:30
+    # another booking took the offer to start in the running slot, which began at 10:29
+    moved = booking(2, 29, 89, slices=4, created=NOW - timedelta(hours=1))
+    assert len(check(snapshot([ended_now, moved]))) == 1
+    assert check(snapshot([ended_now, moved]),
+                 facts=WalkFacts(started_early={2: NOW.replace(second=0)})) == []
+
+
 def test_the_accounting_must_add_up_and_match_the_bookings():
     bookings = [booking(1, 0, 60)]  # half a GPU for an hour: 0.5 GPU-hours
     assert check(snapshot(bookings, hours=report(0.5, used=0.2, idle=0.3))) == []
@@ -172,6 +190,17 @@ def test_a_booked_wait_names_its_own_booking():
     assert len(check(snapshot([made], waits=[wait(1, 0, 5, state="booked", booking_id=7)]))) == 1
 
 
+def test_a_booked_wait_started_early_may_start_before_its_window():
+    # the wait asked for 10:20..10:30; its booking then took the offer to start at 10:10
+    moved = snapshot([booking(7, 10, 70)], waits=[wait(1, 20, 30, state="booked", booking_id=7)])
+    assert check(moved, facts=WalkFacts(started_early={7: NOW})) == []
+    assert check(moved) == ["wait 1 may start 2030-01-07T10:20:00Z..2030-01-07T10:30:00Z, its "
+                            "booking 7 starts 2030-01-07T10:10:00Z"]
+    # but never after its latest start
+    late = snapshot([booking(7, 40, 70)], waits=[wait(1, 20, 30, state="booked", booking_id=7)])
+    assert len(check(late, facts=WalkFacts(started_early={7: NOW}))) == 1
+
+
 def test_a_wait_that_ended_stays_as_it_ended():
     booked = snapshot([booking(7, 10, 70)], waits=[wait(1, 0, 10, state="booked", booking_id=7)])
     again = snapshot([booking(7, 10, 70)], waits=[wait(1, 0, 40)])
@@ -188,3 +217,20 @@ def test_a_wait_expires_one_slot_after_its_latest_start():
     facts = WalkFacts(outages=[(NOW - timedelta(minutes=2), NOW)])  # the service was restarting
     assert check(late, facts=facts) == []
     assert check(snapshot([], waits=[wait(1, 0, 28, state="expired")])) == []
+
+
+def test_no_booking_holds_a_gpu_under_maintenance():
+    on_n1 = booking(1, 30, 40)
+    elsewhere = booking(2, 30, 40, placement={"node": "n2", "gpus": [0], "slices": 2})
+    before = booking(3, 0, 30)  # ends where the window starts
+    cancelled = booking(4, 30, 40, state="cancelled")
+    quiet = [elsewhere, before, cancelled]
+    assert check(snapshot(quiet, windows=[window(5, 30, 35)])) == []
+    assert check(snapshot([on_n1, *quiet], windows=[window(5, 30, 35)])) == [
+        "booking 1 (2030-01-07T10:30:00Z..2030-01-07T10:40:00Z on n1) holds a GPU under "
+        "maintenance window 5 (2030-01-07T10:30:00Z..2030-01-07T10:35:00Z on n1 of a100)"]
+    # a window on the whole pool covers every node
+    assert len(check(snapshot(quiet, windows=[window(5, 30, 35, node=None)]))) == 1
+    # a collision the admin was told about and could not clear is theirs to handle
+    assert check(snapshot([on_n1], windows=[window(5, 30, 35)]),
+                 facts=WalkFacts(uncleared={(5, 1)})) == []
