@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 from ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
-from hub_harness import RunningHub, new_postgres_database, postgres_reachable, start_booking_hub
+from hub_harness import RunningHub, start_booking_hub
+from server_databases import new_database, server_unreachable
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +22,11 @@ def booking_hub(tmp_path_factory) -> Iterator[RunningHub]:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database URL; skips (printing why) when the server is unreachable."""
-    reason = postgres_reachable()
+    reason = server_unreachable("postgresql")
     if reason:
         print(reason)
         pytest.skip(reason)
-    with new_postgres_database() as url:
+    with new_database("postgresql") as url:
         yield url
 
 

@@ -12,8 +12,8 @@ The service's API token is :data:`SERVICE_TOKEN` (it is the "Hub spawner" princi
 tokens. Fixtures (defined in conftest.py):
 
 - ``booking_hub``: a module-scoped Hub whose service uses SQLite.
-- ``postgres_url`` / ``new_postgres_database``: a fresh PostgreSQL database (skips, printing the
-  reason, when the server is unreachable).
+- ``postgres_url``: a fresh PostgreSQL database (skips, printing the reason, when the server is
+  unreachable; see server_databases.py).
 
 A :class:`RunningHub` gives URLs and helpers: ``user_token(name)``, ``api(token)`` (an httpx
 client rooted at the service prefix) and ``login_session(name)`` (an httpx client logged in
@@ -47,7 +47,6 @@ SERVICE_TOKEN = "gpu-booking-service-token-" + secrets.token_hex(8)
 ADMIN_SERVICE_TOKEN = "test-admin-service-token-" + secrets.token_hex(8)
 USERS = ("ada", "bob", "carol", "admin")
 GROUPS = {"students": ["ada", "bob"], "gpu-admins": ["carol"]}
-POSTGRES_SERVER_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 HUB_START_TIMEOUT_SECONDS = 90
 
 #: Pools used by the test Hub's service unless a test passes its own.
@@ -363,35 +362,6 @@ def start_booking_hub(
         yield hub
     finally:
         stop_hub(process, directory / "proxy.pid")
-
-
-def postgres_reachable() -> str | None:
-    """None if PostgreSQL answers, else the reason it does not."""
-    try:
-        import psycopg
-
-        with psycopg.connect(
-            "host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3
-        ):
-            return None
-    except Exception as error:  # any failure means: skip, and say why
-        return f"PostgreSQL on 127.0.0.1:5432 is unreachable: {error}"
-
-
-@contextlib.contextmanager
-def new_postgres_database() -> Iterator[str]:
-    """A fresh, empty PostgreSQL database (dropped afterwards); yields its SQLAlchemy URL."""
-    import psycopg
-
-    name = "gpubooking_" + secrets.token_hex(6)
-    admin = "host=127.0.0.1 port=5432 user=postgres dbname=test"
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield POSTGRES_SERVER_URL.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with psycopg.connect(admin, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # a real single-user server run as the test's own OS user, so the Hub has something to stop.

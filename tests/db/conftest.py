@@ -1,80 +1,22 @@
 """Fixtures of the database tests: one fresh database per test on SQLite, PostgreSQL and MariaDB.
 
-Server tests get their own uniquely named database (``gpub_test_<random>``) and drop it
-afterwards, so they can run next to other test runs on the same servers. On PostgreSQL, where
-CREATE DATABASE costs a checkpoint, one database per run holds a fresh schema per test instead.
-A server that cannot be reached skips its tests with the reason printed; the URLs can be
-changed through the environment.
+Server tests get their own database (``server_databases.ServerDatabase``); on PostgreSQL,
+where CREATE DATABASE costs a checkpoint, one database per run holds a fresh schema per test
+instead. A server that cannot be reached skips its tests with the reason printed.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from contextlib import ExitStack, contextmanager
 
 import pytest
 from db_test_times import NOW
+from server_databases import ServerDatabase, server_unreachable, unique_name
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import URL
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.model import Pool
-
-SERVER_URLS = {
-    "postgresql": os.environ.get(
-        "GPUBOOKING_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-    ),
-    "mysql": os.environ.get(
-        "GPUBOOKING_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
-    ),
-}
-
-_unreachable: dict[str, str | None] = {}
-
-
-def server_unreachable(backend: str) -> str | None:
-    """Why the backend's server cannot be used (None if it can), checked once per run."""
-    if backend not in _unreachable:
-        engine = create_engine(SERVER_URLS[backend], connect_args={"connect_timeout": 3})
-        try:
-            with engine.connect():
-                _unreachable[backend] = None
-        except DBAPIError as error:
-            _unreachable[backend] = (
-                f"{backend} server at {SERVER_URLS[backend]} unreachable: {error}"
-            )
-        finally:
-            engine.dispose()
-    return _unreachable[backend]
-
-
-def unique_name() -> str:
-    return f"gpub_test_{uuid.uuid4().hex[:12]}"
-
-
-class ServerDatabase:
-    """A throw-away database on a server, created on entry and dropped on exit."""
-
-    def __init__(self, backend: str):
-        self.backend = backend
-        self.name = unique_name()
-        server_url = make_url(SERVER_URLS[backend])
-        self.url = server_url.set(database=self.name)
-        self._admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
-
-    def __enter__(self) -> URL:
-        with self._admin.connect() as connection:
-            charset = " CHARACTER SET utf8mb4" if self.backend == "mysql" else ""
-            connection.execute(text(f"CREATE DATABASE {self.name}{charset}"))
-        return self.url
-
-    def __exit__(self, *exc_info) -> None:
-        force = " WITH (FORCE)" if self.backend == "postgresql" else ""
-        with self._admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {self.name}{force}"))
-        self._admin.dispose()
 
 
 @pytest.fixture(scope="session")

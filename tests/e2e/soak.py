@@ -507,11 +507,12 @@ class Walk:
 
 
 def run_soak(state_dir: Path, seed: int, actions: int, log: Callable[[str], None] = print,
-             log_dir: Path | None = None) -> SoakResult:
+             log_dir: Path | None = None, db_url: str | None = None) -> SoakResult:
     """Start the demo with the soak's profile, walk, stop it; raises SoakFailure.
 
-    The demo's logs go to ``log_dir`` (default: ``state_dir/logs``)."""
-    with running_demo(state_dir, profile="soak", gated_namespaces=GATED,
+    The demo's logs go to ``log_dir`` (default: ``state_dir/logs``); ``db_url`` puts the
+    booking service on that database instead of the demo's SQLite file."""
+    with running_demo(state_dir, profile="soak", gated_namespaces=GATED, db_url=db_url,
                       log_dir=log_dir or state_dir / "logs") as driver:
         walk = Walk(driver, seed, actions, log)
         try:

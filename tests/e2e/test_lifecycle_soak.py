@@ -2,7 +2,9 @@
 (real Hub, proxy, service, spawner, simulated cluster running real single-user servers), with
 the booking invariants checked after every step (see soak.py and soak_invariants.py).
 
-CI runs one seed; ``SOAK_SEED`` and ``SOAK_ACTIONS`` run others, or longer (docs: testing).
+CI runs one seed on SQLite, and a shorter walk with the service on PostgreSQL and on MariaDB,
+the databases of production (other isolation, other locks); ``SOAK_SEED``, ``SOAK_ACTIONS``
+and ``SOAK_SERVER_ACTIONS`` run others, or longer (docs: testing).
 """
 
 from __future__ import annotations
@@ -11,21 +13,19 @@ import os
 
 import pytest
 from e2e_harness import E2E_LOGS
-from soak import run_soak
+from server_databases import new_database, server_unreachable
+from soak import SoakResult, run_soak
 
 pytestmark = pytest.mark.e2e
 
 SEED = int(os.environ.get("SOAK_SEED", "1"))
 ACTIONS = int(os.environ.get("SOAK_ACTIONS", "500"))
+SERVER_ACTIONS = int(os.environ.get("SOAK_SERVER_ACTIONS", "250"))
 
 
-# a safety net for a hung stack, far above what the walk takes (no timing is asserted)
-@pytest.mark.timeout(300 + ACTIONS * 3)
-def test_a_seeded_walk_keeps_every_booking_invariant(tmp_path):
-    # the logs outlive pytest's temporary folders, like those of the other e2e tests
-    result = run_soak(tmp_path, SEED, ACTIONS, log_dir=E2E_LOGS / f"soak-seed-{SEED}")
+def assert_walked(result: SoakResult, actions: int) -> None:
     print("\n" + result.table())
-    assert result.steps == ACTIONS
+    assert result.steps == actions
     # the walk really exercised the rules it checks, restarts included
     assert result.actions["restart hub"] >= 1 and result.actions["restart service"] >= 1
     assert all(result.checks[name] > 0 for name in (
@@ -35,3 +35,25 @@ def test_a_seeded_walk_keeps_every_booking_invariant(tmp_path):
         "maintenance windows stay free"))
     # pods made outside the Hub were admitted on their owner's booking, not only refused
     assert result.webhook["admitted"] > 0
+
+
+# a safety net for a hung stack, far above what the walk takes (no timing is asserted)
+@pytest.mark.timeout(300 + ACTIONS * 3)
+def test_a_seeded_walk_keeps_every_booking_invariant(tmp_path):
+    # the logs outlive pytest's temporary folders, like those of the other e2e tests
+    result = run_soak(tmp_path, SEED, ACTIONS, log_dir=E2E_LOGS / f"soak-seed-{SEED}")
+    assert_walked(result, ACTIONS)
+
+
+@pytest.mark.parametrize("backend", [pytest.param("postgresql", marks=pytest.mark.postgres),
+                                     pytest.param("mysql", marks=pytest.mark.mysql)])
+@pytest.mark.timeout(300 + SERVER_ACTIONS * 3)
+def test_the_walk_keeps_them_on_a_database_server(tmp_path, backend):
+    reason = server_unreachable(backend)
+    if reason:
+        print(reason)
+        pytest.skip(reason)
+    with new_database(backend) as url:
+        result = run_soak(tmp_path, SEED, SERVER_ACTIONS, db_url=url,
+                          log_dir=E2E_LOGS / f"soak-seed-{SEED}-{backend}")
+    assert_walked(result, SERVER_ACTIONS)

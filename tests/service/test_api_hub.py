@@ -11,8 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
-from hub_harness import RunningHub, new_postgres_database, postgres_reachable, start_booking_hub
+from hub_harness import RunningHub, start_booking_hub
 from icalendar import Calendar
+from server_databases import new_database, server_unreachable
 from test_service_wire_openapi import validator
 
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
@@ -31,11 +32,11 @@ def hub(request, tmp_path_factory):
         with start_booking_hub(directory, extra_service_config=unlimited) as running:
             yield running
         return
-    reason = postgres_reachable()
+    reason = server_unreachable("postgresql")
     if reason:
         print(reason)
         pytest.skip(reason)
-    with new_postgres_database() as url, start_booking_hub(
+    with new_database("postgresql") as url, start_booking_hub(
         directory, db_url=url, extra_service_config=unlimited
     ) as running:
         yield running
