@@ -60,6 +60,8 @@ WEIGHTS = {
     "start server": 12, "stop server": 7, "create pod": 7, "delete pod": 4, "pause": 9,
     "withdraw wait": 2, "start early": 4, "maintenance": 3,
 }
+#: active and upcoming bookings a user may hold (tests/e2e/gpubooking_config.py's policy)
+MAX_BOOKINGS = 10
 #: how often a user refused for capacity joins the waitlist instead of giving up
 JOIN_WAITLIST = 0.5
 #: real single-user servers cost CPU: beyond this many the walk stops one instead
@@ -119,7 +121,8 @@ class Walk:
         # no grace in the soak's config; a stop takes a tick, the Hub's stop and the pod's end,
         # which on a machine busy with other work can take tens of seconds (a pod the service
         # fails to stop runs on for minutes, far beyond this)
-        self.checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=45))
+        self.checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=45),
+                                        max_bookings=MAX_BOOKINGS)
         self.started = now()
         self.snapshot: Snapshot | None = None
         self.pools: dict[str, dict] = {}

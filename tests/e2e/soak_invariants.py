@@ -19,7 +19,9 @@ The promise under test: the booked share, exactly while booked.
   waits, a wait that ended stays as it ended, and none is still waiting a slot after its latest
   start;
 - no booking holds a GPU under a maintenance window, but for collisions the window's admin was
-  told about and could not clear.
+  told about and could not clear;
+- a wait whose request fits as the pool stands (nothing moved), of a user under the booking
+  limit, is booked within the slack: the service serves the waitlist every tick.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from fractions import Fraction
 from jhub_gpubooking.admission.claims import POD_CREATE_WINDOW
 from jhub_gpubooking.admission.review import holder_pod
 from jhub_gpubooking.admission.rules import is_gpu_resource
-from jhub_gpubooking.core.timegrid import parse_time
+from jhub_gpubooking.core.timegrid import floor_to_grid, parse_time
 from jhub_gpubooking.gpu import LABEL_PREFIX
 
 BOOKING_ID_KEY = LABEL_PREFIX + "booking-id"
@@ -161,15 +163,71 @@ def booked_hours(booking: dict, start: datetime, end: datetime) -> Fraction:
     return Fraction(str(booking["gpus"])) * seconds / 3600
 
 
+def _peak(held: list[tuple[datetime, datetime, int]], start: datetime, end: datetime) -> int:
+    """The most slices ``held`` ([begin, end), slices) holds at one instant of [start, end)."""
+    moments = [start, *(begin for begin, _end, _slices in held if start < begin < end)]
+    return max(sum(slices for begin, finish, slices in held if begin <= moment < finish)
+               for moment in moments)
+
+
+def fits_at(snapshot: Snapshot, pool_name: str, amount: Fraction, start: datetime,
+            end: datetime) -> bool:
+    """Whether ``amount`` GPUs of the pool are free for [start, end) as it stands at
+    ``snapshot.now``: a share on one GPU, whole GPUs on one node; what ended holds nothing, a
+    maintenance window blocks its node (all nodes without one)."""
+    pool = snapshot.pools[pool_name]
+    capacity = pool["slices_per_gpu"]
+    held: dict[tuple[str, int], list[tuple[datetime, datetime, int]]] = {}
+    for booking in snapshot.bookings.values():
+        placement = booking.get("placement")
+        begin, finish = parse_time(booking["start"]), parse_time(booking["end"])
+        if (booking["pool"] != pool_name or booking["state"] == "cancelled" or not placement
+                or finish <= snapshot.now or finish <= start or begin >= end):
+            continue
+        for gpu in placement["gpus"]:
+            held.setdefault((placement["node"], gpu), []).append(
+                (begin, finish, placement["slices"]))
+    blocked = {window["node"] for window in snapshot.windows.values()
+               if window["pool"] == pool_name and parse_time(window["start"]) < end
+               and parse_time(window["end"]) > start}
+    for node, count in sorted(pool["nodes"].items()):
+        if node in blocked or None in blocked:
+            continue
+        peaks = [_peak(held.get((node, gpu), []), start, end) for gpu in range(count)]
+        if amount < 1 and any(peak + amount * capacity <= capacity for peak in peaks):
+            return True
+        if amount >= 1 and sum(peak == 0 for peak in peaks) >= amount:
+            return True
+    return False
+
+
+def wait_fits(wait: dict, snapshot: Snapshot, slot: timedelta) -> bool:
+    """Whether the waiting request fits at some start of its window still to come (from the
+    running slot on, as a "book now" may)."""
+    minutes = slot // timedelta(minutes=1)
+    start = max(parse_time(wait["start"]), floor_to_grid(snapshot.now, minutes))
+    length, amount = timedelta(minutes=wait["minutes"]), Fraction(str(wait["gpus"]))
+    while start <= parse_time(wait["latest_start"]):
+        if fits_at(snapshot, wait["pool"], amount, start, start + length):
+            return True
+        start += slot
+    return False
+
+
 class InvariantChecker:
     """Checks a snapshot; ``checks`` counts what was checked, per invariant."""
 
-    def __init__(self, grace: timedelta, slack: timedelta, slot: timedelta = timedelta(minutes=1)):
+    def __init__(self, grace: timedelta, slack: timedelta, slot: timedelta = timedelta(minutes=1),
+                 max_bookings: int | None = None):
         self.grace = grace
         #: what stopping takes when nothing is down: the lifecycle tick, the Hub's stop, the
         #: pod's deletion; the walk's own step and check come on top
         self.slack = slack
         self.slot = slot  # the service's booking grid: a wait expires once its last slot ended
+        #: the policy's limit of active and upcoming bookings per user: a wait of a user at it
+        #: is not booked however free the pool is
+        self.max_bookings = max_bookings
+        self._fitting_waits: dict[int, datetime] = {}
         self.checks: Counter[str] = Counter()
         self._ended_waits: dict[int, tuple[str, int | None]] = {}
         self._ready: dict[ServerKey, tuple[int | None, datetime]] = {}
@@ -186,6 +244,7 @@ class InvariantChecker:
             *self.accounting_adds_up(snapshot),
             *self.waits_keep_their_word(snapshot, facts),
             *self.maintenance_stays_free(snapshot, facts),
+            *self.fitting_waits_are_booked(snapshot, facts),
         ]
 
     def one_pod_per_booking(self, snapshot: Snapshot) -> list[str]:
@@ -442,4 +501,28 @@ class InvariantChecker:
                         f"{placement and placement['node']}) holds a GPU under maintenance "
                         f"window {window_id} ({window['start']}..{window['end']} on "
                         f"{window['node'] or 'every node'} of {window['pool']})")
+        return violations
+
+    def fitting_waits_are_booked(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
+        """A wait that has fitted since ``since`` (every snapshot since) and still waits after the
+        slack (plus any outage) was lost by the waitlist."""
+        live = Counter(booking["user"] for booking in snapshot.bookings.values()
+                       if booking["state"] in ("active", "upcoming"))
+        fitting, violations = {}, []
+        for wait_id, wait in sorted(snapshot.waits.items()):
+            if wait["state"] != "waiting" or (self.max_bookings is not None
+                                              and live[wait["user"]] >= self.max_bookings):
+                continue
+            if not wait_fits(wait, snapshot, self.slot):
+                continue
+            self.checks["waits that fit are booked"] += 1
+            since = fitting[wait_id] = self._fitting_waits.get(wait_id, snapshot.now)
+            allowed = self.slack + facts.outage_within(since, snapshot.now)
+            if snapshot.now - since > allowed:
+                violations.append(
+                    f"wait {wait_id} ({wait['user']}: {wait['gpus']} of {wait['pool']} for "
+                    f"{wait['minutes']} min, from {wait['start']} to {wait['latest_start']}) "
+                    f"still waits {snapshot.now - since} after its request fitted "
+                    f"(allowed {allowed})")
+        self._fitting_waits = fitting
         return violations

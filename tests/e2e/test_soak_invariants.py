@@ -5,12 +5,19 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from soak_invariants import Extension, InvariantChecker, Snapshot, WalkFacts, booked_hours
+from soak_invariants import (
+    Extension,
+    InvariantChecker,
+    Snapshot,
+    WalkFacts,
+    booked_hours,
+    wait_fits,
+)
 
 from jhub_gpubooking.core.timegrid import format_time
 
 NOW = datetime(2030, 1, 7, 10, 30, 20, tzinfo=timezone.utc)
-POOLS = {"a100": {"name": "a100", "slices_per_gpu": 4}}
+POOLS = {"a100": {"name": "a100", "slices_per_gpu": 4, "nodes": {"n1": 1}}}
 
 
 def booking(id: int, start: int, end: int, *, slices: int = 2, gpu: int = 0, created=None,
@@ -74,7 +81,7 @@ def snapshot(bookings: list[dict], pods=(), servers=None, hours=None, waits=(),
 
 
 def check(*snapshots: Snapshot, facts: WalkFacts | None = None) -> list[str]:
-    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20), max_bookings=2)
     return [v for s in snapshots for v in checker.check(s, facts or WalkFacts())]
 
 
@@ -234,3 +241,37 @@ def test_no_booking_holds_a_gpu_under_maintenance():
     # a collision the admin was told about and could not clear is theirs to handle
     assert check(snapshot([on_n1], windows=[window(5, 30, 35)]),
                  facts=WalkFacts(uncleared={(5, 1)})) == []
+
+
+def test_a_wait_that_fits_is_booked_within_the_slack():
+    full = booking(1, 0, 60, slices=4)  # the one GPU, until 11:00
+    half = booking(2, 0, 60, slices=2)
+    waiting = wait(1, 30, 45)  # half a GPU for an hour, starting 10:30..10:45
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20), max_bookings=2)
+
+    def at(seconds: int, *bookings: dict, windows=(), user_bookings=()) -> list[str]:
+        taken = snapshot([*bookings, *user_bookings], waits=[waiting], windows=windows)
+        taken.now = NOW + timedelta(seconds=seconds)
+        return checker.check(taken, WalkFacts())
+
+    assert at(0, full) == [] and checker.checks["waits that fit are booked"] == 0
+    # half the GPU is free from now: the service has the slack to book the wait
+    assert at(0, half) == [] and at(20, half) == []
+    assert at(21, half) == [
+        "wait 1 (ada: 2/4 of a100 for 60 min, from 2030-01-07T10:30:00Z to "
+        "2030-01-07T10:45:00Z) still waits 0:00:21 after its request fitted (allowed 0:00:20)"]
+    # not fitting for a moment starts the count again
+    assert at(22, full) == [] and at(40, half) == [] and at(60, half) == []
+    # a maintenance window on the node, or a user at the booking limit: nothing to book
+    assert at(90, half, windows=[window(5, 60, 65)]) == []
+    ada = [booking(8, 100, 110, user="ada", state="upcoming"),
+           booking(9, 120, 130, user="ada", state="upcoming")]
+    assert at(200, half, user_bookings=ada) == []
+    assert at(201, half) == [] and at(250, full) == []
+    # a booking that ended holds nothing, even in the running slot
+    assert at(300, booking(3, 0, 30, slices=4)) == []
+    assert len(at(321, booking(3, 0, 30, slices=4))) == 1
+    # later in its window: only its last start, 10:45, fits after a booking ending then
+    late, minute = wait(2, 30, 45), timedelta(minutes=1)
+    assert not wait_fits(late, snapshot([booking(4, 0, 46, slices=4)], waits=[late]), minute)
+    assert wait_fits(late, snapshot([booking(4, 0, 45, slices=4)], waits=[late]), minute)
