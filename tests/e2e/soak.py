@@ -121,8 +121,11 @@ class Walk:
         # no grace in the soak's config; a stop takes a tick, the Hub's stop and the pod's end,
         # which on a machine busy with other work can take tens of seconds (a pod the service
         # fails to stop runs on for minutes, far beyond this)
+        # the waitlist is served every tick (a second here) by the service alone: a wait that
+        # fits for longer than a few ticks (outages aside) was lost
         self.checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=45),
-                                        max_bookings=MAX_BOOKINGS)
+                                        max_bookings=MAX_BOOKINGS,
+                                        serve_slack=timedelta(seconds=10))
         self.started = now()
         self.snapshot: Snapshot | None = None
         self.pools: dict[str, dict] = {}
