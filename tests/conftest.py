@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 from hub_harness import RunningHub, start_booking_hub
-from server_databases import new_database, server_unreachable
+from server_databases import new_database, skip_unless_reachable
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +22,7 @@ def booking_hub(tmp_path_factory) -> Iterator[RunningHub]:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database URL; skips (printing why) when the server is unreachable."""
-    reason = server_unreachable("postgresql")
-    if reason:
-        print(reason)
-        pytest.skip(reason)
+    skip_unless_reachable("postgresql")
     with new_database("postgresql") as url:
         yield url
 

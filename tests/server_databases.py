@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
@@ -43,6 +44,14 @@ def server_unreachable(backend: str) -> str | None:
         finally:
             engine.dispose()
     return _unreachable[backend]
+
+
+def skip_unless_reachable(backend: str) -> None:
+    """Skip the calling test, printing why, when the backend's server cannot be used."""
+    reason = server_unreachable(backend)
+    if reason:
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
 
 
 def unique_name() -> str:

@@ -111,10 +111,6 @@ class PodClaims:
                 return None
             raise
 
-    @staticmethod
-    async def _delete_pod(api: Any, namespace: str, name: str) -> None:
-        await delete_pod(api, namespace, name)
-
     async def _core_api(self, api_client: Any) -> Any:
         from kubernetes_asyncio.client import CoreV1Api
 
@@ -141,7 +137,7 @@ class PodClaims:
                     facts = await self._read_pod(api, *pod)
                     action = decide_claim(booking, claimed_at, facts, now, self.grace)
                     if action is ClaimAction.DELETE_POD:
-                        await self._delete_pod(api, *pod)
+                        await delete_pod(api, *pod)
                         log.info("Deleted pod %s/%s: its booking %s ended at %s", *pod,
                                  booking.id, booking.end)
                     if action is not None:
@@ -167,7 +163,7 @@ class PodClaims:
             return False
         try:
             async with await self._connect() as api_client:
-                await self._delete_pod(await self._core_api(api_client), *pod)
+                await delete_pod(await self._core_api(api_client), *pod)
         except Exception as error:  # noqa: BLE001 - retried on the next tick
             log.warning("Could not delete pod %s/%s of booking %s: %s", *pod, booking.id, error)
             return False

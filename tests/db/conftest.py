@@ -11,7 +11,7 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 from db_test_times import NOW
-from server_databases import ServerDatabase, server_unreachable, unique_name
+from server_databases import ServerDatabase, server_unreachable, skip_unless_reachable, unique_name
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
@@ -57,10 +57,7 @@ def empty_database(request, backend: str, folder):
     if backend == "sqlite":
         yield f"sqlite:///{folder / f'{unique_name()}.sqlite'}"
         return
-    reason = server_unreachable(backend)
-    if reason:
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
+    skip_unless_reachable(backend)
     if backend == "postgresql":
         fresh = postgres_schema(request.getfixturevalue("postgres_database"))
     else:

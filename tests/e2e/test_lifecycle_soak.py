@@ -13,7 +13,7 @@ import os
 
 import pytest
 from e2e_harness import E2E_LOGS
-from server_databases import new_database, server_unreachable
+from server_databases import new_database, skip_unless_reachable
 from soak import SoakResult, run_soak
 
 pytestmark = pytest.mark.e2e
@@ -49,10 +49,7 @@ def test_a_seeded_walk_keeps_every_booking_invariant(tmp_path):
                                      pytest.param("mysql", marks=pytest.mark.mysql)])
 @pytest.mark.timeout(300 + SERVER_ACTIONS * 3)
 def test_the_walk_keeps_them_on_a_database_server(tmp_path, backend):
-    reason = server_unreachable(backend)
-    if reason:
-        print(reason)
-        pytest.skip(reason)
+    skip_unless_reachable(backend)
     with new_database(backend) as url:
         result = run_soak(tmp_path, SEED, SERVER_ACTIONS, db_url=url,
                           log_dir=E2E_LOGS / f"soak-seed-{SEED}-{backend}")

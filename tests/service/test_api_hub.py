@@ -13,7 +13,7 @@ import httpx
 import pytest
 from hub_harness import RunningHub, start_booking_hub
 from icalendar import Calendar
-from server_databases import new_database, server_unreachable
+from server_databases import new_database, skip_unless_reachable
 from test_service_wire_openapi import validator
 
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
@@ -32,10 +32,7 @@ def hub(request, tmp_path_factory):
         with start_booking_hub(directory, extra_service_config=unlimited) as running:
             yield running
         return
-    reason = server_unreachable("postgresql")
-    if reason:
-        print(reason)
-        pytest.skip(reason)
+    skip_unless_reachable("postgresql")
     with new_database("postgresql") as url, start_booking_hub(
         directory, db_url=url, extra_service_config=unlimited
     ) as running:
