@@ -170,23 +170,31 @@ def _peak(held: list[tuple[datetime, datetime, int]], start: datetime, end: date
                for moment in moments)
 
 
-def fits_at(snapshot: Snapshot, pool_name: str, amount: Fraction, start: datetime,
-            end: datetime) -> bool:
-    """Whether ``amount`` GPUs of the pool are free for [start, end) as it stands at
-    ``snapshot.now``: a share on one GPU, whole GPUs on one node; what ended holds nothing, a
-    maintenance window blocks its node (all nodes without one)."""
-    pool = snapshot.pools[pool_name]
-    capacity = pool["slices_per_gpu"]
-    held: dict[tuple[str, int], list[tuple[datetime, datetime, int]]] = {}
+Held = dict[tuple[str, int], list[tuple[datetime, datetime, int]]]  # (node, GPU) -> slices
+
+
+def held_slices(snapshot: Snapshot, pool_name: str) -> Held:
+    """What the pool's bookings hold at ``snapshot.now`` and later: what ended holds nothing."""
+    held: Held = {}
     for booking in snapshot.bookings.values():
         placement = booking.get("placement")
-        begin, finish = parse_time(booking["start"]), parse_time(booking["end"])
+        finish = parse_time(booking["end"])
         if (booking["pool"] != pool_name or booking["state"] == "cancelled" or not placement
-                or finish <= snapshot.now or finish <= start or begin >= end):
+                or finish <= snapshot.now):
             continue
         for gpu in placement["gpus"]:
             held.setdefault((placement["node"], gpu), []).append(
-                (begin, finish, placement["slices"]))
+                (parse_time(booking["start"]), finish, placement["slices"]))
+    return held
+
+
+def fits_at(snapshot: Snapshot, pool_name: str, held: Held, amount: Fraction, start: datetime,
+            end: datetime) -> bool:
+    """Whether ``amount`` GPUs of the pool are free for [start, end) besides what is ``held``:
+    a share on one GPU, whole GPUs on one node; a maintenance window blocks its node (all nodes
+    without one)."""
+    pool = snapshot.pools[pool_name]
+    capacity = pool["slices_per_gpu"]
     blocked = {window["node"] for window in snapshot.windows.values()
                if window["pool"] == pool_name and parse_time(window["start"]) < end
                and parse_time(window["end"]) > start}
@@ -203,12 +211,13 @@ def fits_at(snapshot: Snapshot, pool_name: str, amount: Fraction, start: datetim
 
 def wait_fits(wait: dict, snapshot: Snapshot, slot: timedelta) -> bool:
     """Whether the waiting request fits at some start of its window still to come (from the
-    running slot on, as a "book now" may)."""
+    running slot on, as a "book now" may), the pool as it stands at ``snapshot.now``."""
     minutes = slot // timedelta(minutes=1)
     start = max(parse_time(wait["start"]), floor_to_grid(snapshot.now, minutes))
     length, amount = timedelta(minutes=wait["minutes"]), Fraction(str(wait["gpus"]))
+    held = held_slices(snapshot, wait["pool"])
     while start <= parse_time(wait["latest_start"]):
-        if fits_at(snapshot, wait["pool"], amount, start, start + length):
+        if fits_at(snapshot, wait["pool"], held, amount, start, start + length):
             return True
         start += slot
     return False
