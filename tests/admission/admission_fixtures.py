@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 
@@ -11,6 +12,8 @@ from jhub_gpubooking.core.model import Booking, Placement, Pool
 
 NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
 BOOKING_END = datetime(2030, 5, 6, 12, 0, tzinfo=timezone.utc)
+#: A container command that runs until the test deletes its pod (the simulated kubelet runs it).
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
 @pytest.fixture
@@ -33,7 +36,8 @@ def booking(user: str = "alice", pool: str = "a100-hami", amount=Fraction(1, 4),
 
 
 def gpu_pod(resources: dict[str, str], *, name: str = "trainer", annotations: dict | None = None,
-            labels: dict | None = None, requests: dict | None = None, **spec) -> dict:
+            labels: dict | None = None, requests: dict | None = None,
+            command: list[str] | None = None, **spec) -> dict:
     metadata: dict = {"name": name}
     if annotations is not None:
         metadata["annotations"] = annotations
@@ -42,5 +46,13 @@ def gpu_pod(resources: dict[str, str], *, name: str = "trainer", annotations: di
     container = {"name": "main", "image": "python:3.12",
                  "resources": {"limits": dict(resources),
                                **({"requests": requests} if requests is not None else {})}}
+    if command is not None:
+        container["command"] = command
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
             "spec": {"containers": [container], **spec}}
+
+
+def running_gpu_pod(name: str, gpus: str = "1", command: list[str] = SLEEPER, **metadata) -> dict:
+    """A pod asking for whole GPUs that the simulated cluster runs (``command``), never restarted."""
+    return gpu_pod({"nvidia.com/gpu": gpus}, name=name, command=command, restartPolicy="Never",
+                   **metadata)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from admission_fixtures import running_gpu_pod
+from hub_harness import free_port
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from traitlets.config import Config
@@ -21,25 +22,11 @@ from jhub_gpubooking.devcluster import DevCluster, gpu_node
 from jhub_gpubooking.service.app import GPUBookingService
 
 NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 QUICK = [sys.executable, "-c", "pass"]
 
 
 def at(hour: int, minute: int = 0) -> datetime:
     return NOW.replace(hour=hour, minute=minute)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def gpu_pod(name: str, command=SLEEPER) -> dict:
-    return {"metadata": {"name": name},
-            "spec": {"restartPolicy": "Never",
-                     "containers": [{"name": "main", "image": "python:3.12", "command": command,
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
 
 
 @pytest.fixture
@@ -101,7 +88,7 @@ async def test_one_booking_admits_one_pod_until_it_ends(cluster_and_service):
     booking = store.create("alice", "a100", 1, at(10), at(11))
 
     results = await asyncio.gather(
-        *(core.create_namespaced_pod("alice-jobs", gpu_pod(f"train-{i}")) for i in range(8)),
+        *(core.create_namespaced_pod("alice-jobs", running_gpu_pod(f"train-{i}")) for i in range(8)),
         return_exceptions=True)
     admitted = [r for r in results if not isinstance(r, Exception)]
     refused = [r for r in results if isinstance(r, Exception)]
@@ -128,7 +115,7 @@ async def test_one_booking_admits_one_pod_until_it_ends(cluster_and_service):
     assert store.get(booking.id).server is None
     assert [e.kind for e in store.history(booking.id)] == ["created", "claimed", "released"]
 
-    quick = await core.create_namespaced_pod("alice-jobs", gpu_pod("quick", QUICK))
+    quick = await core.create_namespaced_pod("alice-jobs", running_gpu_pod("quick", command=QUICK))
     assert store.get(booking.id).server == "pod:alice-jobs/quick"
     assert await wait_for_phase(core, quick.metadata.name, {"Succeeded"}) == "Succeeded"
     await service.lifecycle.tick(at(10, 32))  # a finished pod stays, but holds nothing
@@ -139,7 +126,7 @@ async def test_a_pod_outliving_its_booking_is_deleted_and_its_claim_released(clu
     core, service = cluster_and_service
     store = service.store
     booking = store.create("alice", "a100", 1, at(10), at(11))
-    await core.create_namespaced_pod("alice-jobs", gpu_pod("long"))
+    await core.create_namespaced_pod("alice-jobs", running_gpu_pod("long"))
     await wait_for_phase(core, "long", {"Running"})
     assert await service.lifecycle.tick(at(11, 0)) == []
     assert await phase(core, "long") == "Running"  # within the grace

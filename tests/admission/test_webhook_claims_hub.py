@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hub_harness import start_booking_hub
+from admission_fixtures import running_gpu_pod
+from hub_harness import free_port, start_booking_hub
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -23,20 +22,6 @@ from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid, format_ti
 from jhub_gpubooking.devcluster import DevCluster, gpu_node
 
 pytestmark = pytest.mark.e2e
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def gpu_pod(name: str) -> dict:
-    return {"metadata": {"name": name},
-            "spec": {"restartPolicy": "Never",
-                     "containers": [{"name": "main", "image": "python:3.12", "command": SLEEPER,
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
 
 
 async def until(condition, what: str, seconds: float = 120):
@@ -94,7 +79,7 @@ async def check_one_pod_per_booking(hub, core) -> None:
         booking_id = created.json()["id"]
 
     results = await asyncio.gather(
-        *(core.create_namespaced_pod("ada-jobs", gpu_pod(f"train-{i}")) for i in range(8)),
+        *(core.create_namespaced_pod("ada-jobs", running_gpu_pod(f"train-{i}")) for i in range(8)),
         return_exceptions=True)
     admitted = [r for r in results if not isinstance(r, BaseException)]
     refused = [r for r in results if isinstance(r, ApiException)]

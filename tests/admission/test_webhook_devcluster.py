@@ -4,11 +4,11 @@ server calls it: a kubectl-like create of a GPU pod is denied or pinned to its b
 from __future__ import annotations
 
 import json
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 import pytest
+from admission_fixtures import running_gpu_pod
 from certs import write_test_certificates
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -24,7 +24,6 @@ from jhub_gpubooking.devcluster import DevCluster, gpu_node
 
 NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
 POOL = Pool(name="a100", nodes={"gpu-a100": 2}, backend="whole")
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
 @pytest.fixture
@@ -75,15 +74,9 @@ async def core(tmp_path, webhook):
         yield client.CoreV1Api(api)
 
 
-def gpu_pod(gpus: str) -> dict:
-    return {"metadata": {"name": "train", "annotations": {"team": "vision"}},
-            "spec": {"containers": [{"name": "main", "image": "python:3.12", "command": SLEEPER,
-                                     "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
-
-
 async def test_gpu_pod_without_booking_is_denied_with_a_clear_reason(core, webhook):
     with pytest.raises(ApiException) as refusal:
-        await core.create_namespaced_pod("alice-jobs", gpu_pod("1"))
+        await core.create_namespaced_pod("alice-jobs", running_gpu_pod("train", annotations={"team": "vision"}))
     assert refusal.value.status == 403
     status = json.loads(refusal.value.body)
     assert status["kind"] == "Status"
@@ -94,7 +87,7 @@ async def test_gpu_pod_without_booking_is_denied_with_a_clear_reason(core, webho
 
 
 async def test_malformed_request_is_denied_with_the_rule(core):
-    pod = gpu_pod("1")
+    pod = running_gpu_pod("train", annotations={"team": "vision"})
     pod["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "2"}
     with pytest.raises(ApiException) as refusal:
         await core.create_namespaced_pod("alice-jobs", pod)
@@ -107,7 +100,7 @@ async def test_malformed_request_is_denied_with_the_rule(core):
 async def test_booked_gpu_pod_is_created_pinned_to_its_booking(core, store):
     held = store.create("alice", "a100", 1, datetime(2030, 5, 6, 10, 0, tzinfo=timezone.utc),
                         datetime(2030, 5, 6, 11, 0, tzinfo=timezone.utc))
-    created = await core.create_namespaced_pod("alice-jobs", gpu_pod("1"))
+    created = await core.create_namespaced_pod("alice-jobs", running_gpu_pod("train", annotations={"team": "vision"}))
     assert created.metadata.annotations == {
         "team": "vision",
         "gpubooking.jupyter.org/booking-id": str(held.id),
@@ -120,7 +113,7 @@ async def test_booked_gpu_pod_is_created_pinned_to_its_booking(core, store):
 
 
 async def test_pods_without_gpus_are_not_gated(core):
-    pod = gpu_pod("1")
+    pod = running_gpu_pod("train", annotations={"team": "vision"})
     pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
     created = await core.create_namespaced_pod("default", pod)
     assert created.metadata.annotations == {"team": "vision"}

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import jupyterhub
 import pytest
+from hub_harness import free_port
 from jupyterhub.objects import Hub, Server
 from kubernetes_asyncio.config import kube_config
 from kubespawner import KubeSpawner
@@ -33,12 +34,6 @@ class HubUser:
     id = 7
     url = "/user/ada/"
     escaped_name = "ada"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class HubVersionHandler(web.RequestHandler):

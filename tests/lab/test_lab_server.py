@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hub_harness import free_port
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
@@ -101,12 +101,6 @@ async def service():
     fake.url = f"http://127.0.0.1:{port}{PREFIX}"
     yield fake
     server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def start_jupyter_server(tmp_path: Path, environment: dict[str, str]):

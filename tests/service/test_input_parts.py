@@ -3,10 +3,10 @@ answers when the Hub fails, and the list cursor."""
 
 from __future__ import annotations
 
-import socket
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hub_harness import free_port
 from tornado import web
 from tornado.httpserver import HTTPServer
 from traitlets import TraitError
@@ -82,12 +82,6 @@ def test_a_cursor_round_trips_and_a_forged_one_is_refused():
         with pytest.raises(web.HTTPError) as refused:
             decode_cursor(forged)
         assert refused.value.status_code == 400
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class FailingHub(web.RequestHandler):

@@ -4,12 +4,12 @@ calls; the mail server is aiosmtpd on a free port."""
 
 from __future__ import annotations
 
-import socket
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.handlers import Message
+from hub_harness import free_port
 from tornado import web
 from tornado.httpserver import HTTPServer
 from traitlets.config import Config
@@ -27,12 +27,6 @@ NOW = datetime(2030, 1, 7, 10, 5, tzinfo=timezone.utc)
 
 def at(hour: int, minute: int = 0) -> datetime:
     return NOW.replace(hour=hour, minute=minute)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class FakeHubServers(web.RequestHandler):
