@@ -29,7 +29,6 @@ from traitlets import Integer, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from ..admission.claims import PodFacts, delete_pod, pod_facts
-from ..core.errors import NotFound
 from ..core.model import Booking
 from ..gpu import LABEL_PREFIX
 
@@ -122,15 +121,6 @@ class OrphanPods(LoggingConfigurable):
         return await asyncio.get_running_loop().run_in_executor(self.executor,
                                                                 partial(func, *args))
 
-    def _bookings(self, ids: set[int]) -> dict[int, Booking]:
-        found = {}
-        for booking_id in sorted(ids):
-            try:
-                found[booking_id] = self.store.get(booking_id)
-            except NotFound:
-                pass  # another service's pod, or a booking database set up anew: not ours
-        return found
-
     async def sweep(self, now: datetime) -> list[LabelledPod]:
         """Delete the overdue pods of ``hub_namespace``; returns them (none when off)."""
         if self._connect is None:
@@ -143,7 +133,9 @@ class OrphanPods(LoggingConfigurable):
                 listed = await api.list_namespaced_pod(self.hub_namespace,
                                                        label_selector=BOOKING_ID_LABEL)
                 pods = [p for p in map(labelled_pod, listed.items) if p is not None]
-                bookings = await self._run(self._bookings, {p.booking_id for p in pods})
+                # a pod whose booking is not in the answer is another service's, or from a
+                # booking database set up anew: left alone (overdue_pods)
+                bookings = await self._run(self.store.get_many, {p.booking_id for p in pods})
                 overdue = overdue_pods(pods, bookings, now, self.allowed)
                 for pod in overdue:
                     await delete_pod(api, pod.namespace, pod.name)

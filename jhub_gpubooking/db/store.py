@@ -266,6 +266,15 @@ class BookingStore:
                 raise NotFound(f"There is no booking with id {booking_id}.")
             return booking_from_row(row)
 
+    def get_many(self, booking_ids: Collection[int]) -> dict[int, Booking]:
+        """The bookings of ``booking_ids`` that exist, by id, in one query (a missing id is
+        simply not in the answer)."""
+        if not booking_ids:
+            return {}
+        statement = select(BookingRow).where(BookingRow.id.in_(sorted(booking_ids)))
+        with self.read_transaction() as session:
+            return {row.id: booking_from_row(row) for row in session.scalars(statement)}
+
     def list(
         self,
         user: str | None = None,

@@ -136,6 +136,17 @@ def test_quarter_slices_fill_each_gpu_before_refusing(store):
         store.create("u9", "t4", "0.25", at(11, 45), at(12, 15))
 
 
+def test_get_many_reads_the_bookings_that_exist_in_one_query(store, engine):
+    first = store.create("alice", "a100", 1, at(11), at(12))
+    cancelled = store.cancel(store.create("bob", "a100", 1, at(13), at(14)).id, actor="bob")
+    statements = []
+    event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    found = store.get_many({first.id, cancelled.id, 999})
+    assert len([s for s in statements if s.startswith("SELECT")]) == 1
+    assert found == {first.id: first, cancelled.id: cancelled}
+    assert store.get_many(set()) == {}
+
+
 def test_cancelling_an_upcoming_booking_frees_it_and_keeps_history(store):
     booking = store.create("alice", "a100", 4, at(11), at(12))
     cancelled = store.cancel(booking.id, actor="alice")
