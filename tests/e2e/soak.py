@@ -85,6 +85,7 @@ class SoakResult:
     seconds_by_action: Counter = field(default_factory=Counter)  # by action type
     seconds_by_read: Counter = field(default_factory=Counter)  # snapshot reads, by API path
     webhook: Counter = field(default_factory=Counter)  # what became of pods made outside the Hub
+    waits: Counter = field(default_factory=Counter)  # the waits' states at the end, by state
     steps: int = 0
     seconds: float = 0.0
     check_seconds: float = 0.0
@@ -104,6 +105,8 @@ class SoakResult:
             f"{path} {seconds:.1f}" for path, seconds in sorted(self.seconds_by_read.items()))]
         lines += ["webhook pods outside the Hub: " + (", ".join(
             f"{what} {count}" for what, count in sorted(self.webhook.items())) or "none")]
+        lines += ["waits at the end: " + (", ".join(
+            f"{state} {count}" for state, count in sorted(self.waits.items())) or "none")]
         return "\n".join(lines)
 
 
@@ -166,6 +169,7 @@ class Walk:
             if (step + 1) % 50 == 0:
                 self.log(f"{step + 1} actions after {time.monotonic() - begin:.0f} s")
         self.result.checks = self.checker.checks
+        self.result.waits = Counter(wait["state"] for wait in self.snapshot.waits.values())
         self.result.seconds = time.monotonic() - begin
         return self.result
 
