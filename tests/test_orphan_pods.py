@@ -4,12 +4,12 @@ lifecycle tick deleting them through the simulated API server once their booking
 from __future__ import annotations
 
 import asyncio
-import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from pod_commands import SLEEPER
 from traitlets.config import Config
 
 from jhub_gpubooking.admission.claims import PodFacts
@@ -61,8 +61,7 @@ def labelled_pod(name: str, booking_id: int | str | None) -> dict:
     labels = {} if booking_id is None else {BOOKING_ID_LABEL: str(booking_id)}
     return {"metadata": {"name": name, "labels": labels},
             "spec": {"containers": [{"name": "notebook", "image": "jupyter/minimal:1",
-                                     "command": [sys.executable, "-c",
-                                                 "import time; time.sleep(600)"],
+                                     "command": SLEEPER,
                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
 
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 
 import pytest
+from pod_commands import SLEEPER
 
 from jhub_gpubooking.core.model import Booking, Placement, Pool
 
 NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
 BOOKING_END = datetime(2030, 5, 6, 12, 0, tzinfo=timezone.utc)
-#: A container command that runs until the test deletes its pod (the simulated kubelet runs it).
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
 @pytest.fixture
@@ -52,7 +50,8 @@ def gpu_pod(resources: dict[str, str], *, name: str = "trainer", annotations: di
             "spec": {"containers": [container], **spec}}
 
 
-def running_gpu_pod(name: str, gpus: str = "1", command: list[str] = SLEEPER, **metadata) -> dict:
-    """A pod asking for whole GPUs that the simulated cluster runs (``command``), never restarted."""
+def running_gpu_pod(name: str, gpus: str = "1", command: list[str] = SLEEPER, **more) -> dict:
+    """A pod asking for whole GPUs that the simulated cluster runs (``command``), never
+    restarted; ``more``: :func:`gpu_pod`'s other arguments."""
     return gpu_pod({"nvidia.com/gpu": gpus}, name=name, command=command, restartPolicy="Never",
-                   **metadata)
+                   **more)

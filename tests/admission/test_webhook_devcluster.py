@@ -74,9 +74,13 @@ async def core(tmp_path, webhook):
         yield client.CoreV1Api(api)
 
 
+def vision_pod() -> dict:
+    return running_gpu_pod("train", annotations={"team": "vision"})
+
+
 async def test_gpu_pod_without_booking_is_denied_with_a_clear_reason(core, webhook):
     with pytest.raises(ApiException) as refusal:
-        await core.create_namespaced_pod("alice-jobs", running_gpu_pod("train", annotations={"team": "vision"}))
+        await core.create_namespaced_pod("alice-jobs", vision_pod())
     assert refusal.value.status == 403
     status = json.loads(refusal.value.body)
     assert status["kind"] == "Status"
@@ -87,7 +91,7 @@ async def test_gpu_pod_without_booking_is_denied_with_a_clear_reason(core, webho
 
 
 async def test_malformed_request_is_denied_with_the_rule(core):
-    pod = running_gpu_pod("train", annotations={"team": "vision"})
+    pod = vision_pod()
     pod["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "2"}
     with pytest.raises(ApiException) as refusal:
         await core.create_namespaced_pod("alice-jobs", pod)
@@ -100,7 +104,7 @@ async def test_malformed_request_is_denied_with_the_rule(core):
 async def test_booked_gpu_pod_is_created_pinned_to_its_booking(core, store):
     held = store.create("alice", "a100", 1, datetime(2030, 5, 6, 10, 0, tzinfo=timezone.utc),
                         datetime(2030, 5, 6, 11, 0, tzinfo=timezone.utc))
-    created = await core.create_namespaced_pod("alice-jobs", running_gpu_pod("train", annotations={"team": "vision"}))
+    created = await core.create_namespaced_pod("alice-jobs", vision_pod())
     assert created.metadata.annotations == {
         "team": "vision",
         "gpubooking.jupyter.org/booking-id": str(held.id),
@@ -113,7 +117,7 @@ async def test_booked_gpu_pod_is_created_pinned_to_its_booking(core, store):
 
 
 async def test_pods_without_gpus_are_not_gated(core):
-    pod = running_gpu_pod("train", annotations={"team": "vision"})
+    pod = vision_pod()
     pod["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
     created = await core.create_namespaced_pod("default", pod)
     assert created.metadata.annotations == {"team": "vision"}

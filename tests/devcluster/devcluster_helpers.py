@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
+
+from pod_commands import SLEEPER
 
 from jhub_gpubooking.devcluster import gpu_node, node_manifest
-
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
 def cluster_nodes() -> list[dict]:

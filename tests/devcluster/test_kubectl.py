@@ -14,7 +14,8 @@ import sys
 
 import pytest
 import yaml
-from devcluster_helpers import SLEEPER, pod_manifest
+from devcluster_helpers import pod_manifest
+from pod_commands import SLEEPER
 from test_kubelet import wait_for
 
 pytestmark = [pytest.mark.kubectl, pytest.mark.timeout(120)]
