@@ -21,7 +21,10 @@ The promise under test: the booked share, exactly while booked.
 - no booking holds a GPU under a maintenance window, but for collisions the window's admin was
   told about and could not clear;
 - a wait whose request fits as the pool stands (nothing moved), of a user under the booking
-  limit, is booked within a few ticks: the service serves the waitlist every tick.
+  limit, is booked within a few ticks: the service serves the waitlist every tick;
+- nothing is lost (a restart or a database outage included): every booking and wait once
+  listed stays listed as it was made (its user, pool, share and creation), and a booking's
+  state only moves on (upcoming, active, ended; cancelled before its start), never back.
 """
 
 from __future__ import annotations
@@ -43,8 +46,14 @@ HUB_SERVER_KEY = "hub.jupyter.org/servername"
 #: The report rounds each bucket to 4 decimals: six buckets may differ by this much in all.
 HOURS_TOLERANCE = 0.0005
 BUCKETS = ("used", "idle", "released", "no_show", "scheduled")
+#: how far along its life each state of a booking is: a state never goes back
+STATE_RANK = {"upcoming": 0, "active": 1, "ended": 2, "cancelled": 2}
 
 ServerKey = tuple[str, str]  # (user, server name; "" for the default server)
+
+
+class SoakFailure(AssertionError):
+    """An invariant broke, or the product answered what no user should ever see (a 5xx)."""
 
 
 @dataclass
@@ -244,6 +253,7 @@ class InvariantChecker:
         self._ended_waits: dict[int, tuple[str, int | None]] = {}
         self._ready: dict[ServerKey, tuple[int | None, datetime]] = {}
         self._podless_claims: dict[tuple[int, str], datetime] = {}
+        self._listed: tuple[dict[int, dict], dict[int, dict]] = ({}, {})
 
     def check(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
         return [
@@ -257,6 +267,7 @@ class InvariantChecker:
             *self.waits_keep_their_word(snapshot, facts),
             *self.maintenance_stays_free(snapshot, facts),
             *self.fitting_waits_are_booked(snapshot, facts),
+            *self.nothing_is_lost(snapshot),
         ]
 
     def one_pod_per_booking(self, snapshot: Snapshot) -> list[str]:
@@ -537,4 +548,30 @@ class InvariantChecker:
                     f"still waits {snapshot.now - since} after its request fitted "
                     f"(allowed {allowed})")
         self._fitting_waits = fitting
+        return violations
+
+    def nothing_is_lost(self, snapshot: Snapshot) -> list[str]:
+        """Every booking and wait the last snapshot listed is still listed as it was made, and
+        no booking went back in its life (an ended one active again, a cancelled one ended)."""
+        bookings, waits = self._listed
+        violations = []
+        for kind, before, listed in (("booking", bookings, snapshot.bookings),
+                                     ("wait", waits, snapshot.waits)):
+            for item_id, was in sorted(before.items()):
+                self.checks["nothing is lost"] += 1
+                item = listed.get(item_id)
+                if item is None:
+                    violations.append(f"{kind} {item_id} ({was['user']}: {was['gpus']} of "
+                                      f"{was['pool']}) is no longer listed")
+                    continue
+                made = {key: was.get(key) for key in ("user", "pool", "gpus", "created")}
+                now_made = {key: item.get(key) for key in made}
+                if now_made != made:
+                    violations.append(f"{kind} {item_id} was made as {made}, now shows {now_made}")
+        for booking_id, was in sorted(bookings.items()):
+            state = snapshot.bookings.get(booking_id, was)["state"]
+            if STATE_RANK[state] < STATE_RANK[was["state"]] or (
+                    STATE_RANK[was["state"]] == 2 and state != was["state"]):
+                violations.append(f"booking {booking_id} went from {was['state']} to {state}")
+        self._listed = (dict(snapshot.bookings), dict(snapshot.waits))
         return violations
