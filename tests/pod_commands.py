@@ -5,5 +5,11 @@ from __future__ import annotations
 
 import sys
 
+
+def sleeping(seconds: int) -> list[str]:
+    """A command that sleeps ``seconds``, then exits 0."""
+    return [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+
+
 #: Runs until the test deletes its pod (longer than any test waits).
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+SLEEPER = sleeping(600)

@@ -7,7 +7,8 @@ Actions: book (a refused user may join the waitlist), withdraw a wait, extend, s
 now, cancel, take an offer to start early; an admin's maintenance windows (added, their
 collisions cleared, removed); start and stop default and named servers on CPU and GPU
 profiles; pods made outside the Hub in gated namespaces (the service's admission webhook,
-see soak_pods.py); restarts of the booking service and of the Hub in the middle of the walk;
+see soak_pods.py); restarts of the booking service and of the Hub in the middle of the walk,
+and, with the service on a private PostgreSQL server, outages of its database (soak_outage.py);
 pauses, so bookings start and end on the one-minute grid of the fast lifecycle clock.
 
 The seed fixes every choice the walk makes from what it sees; the live stack's timing still
@@ -33,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -45,10 +47,15 @@ from soak_invariants import (  # noqa: E402
     Extension,
     InvariantChecker,
     Snapshot,
+    SoakFailure,
     WalkFacts,
     pod_booking_id,
 )
+from soak_outage import DatabaseOutages  # noqa: E402
 from soak_pods import GATED, OutsidePods  # noqa: E402
+
+if TYPE_CHECKING:
+    from private_postgres import PrivatePostgres
 
 USERS = ("u0", "u1", "u2", "u3", "u4")
 SERVER_NAMES = ("", "gpu")
@@ -70,10 +77,6 @@ MAX_SERVERS = 6
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-class SoakFailure(AssertionError):
-    """An invariant broke, or the product answered what no user should ever see (a 5xx)."""
 
 
 @dataclass
@@ -113,7 +116,8 @@ class SoakResult:
 class Walk:
     """One seeded walk on a running demo; :meth:`run` returns what it did and checked."""
 
-    def __init__(self, driver: Driver, seed: int, actions: int, log: Callable[[str], None]):
+    def __init__(self, driver: Driver, seed: int, actions: int, log: Callable[[str], None],
+                 database: PrivatePostgres | None = None):
         self.driver = driver
         self.demo = driver.demo
         self.rng = random.Random(seed)
@@ -135,12 +139,16 @@ class Walk:
         #: reads the Hub and the cluster while the walk's thread reads the service
         self.reader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-snapshot")
         self.outside = OutsidePods(self, AMOUNTS)
+        self.outages = None if database is None else DatabaseOutages(self, database)
+        # what interrupts the walk comes at seeded steps of its middle
         span = range(actions // 5, max(actions * 4 // 5, actions // 5 + 1))
-        self.restarts = {step: "restart service"
-                         for step in self.rng.sample(span, max(1, actions // 400))}
-        for step in self.rng.sample([s for s in span if s not in self.restarts],
-                                    max(1, actions // 500)):
-            self.restarts[step] = "restart hub"
+        self.interruptions = {step: "restart service"
+                              for step in self.rng.sample(span, max(1, actions // 400))}
+        for kind, count in (("restart hub", max(1, actions // 500)),
+                            ("database outage", max(1, actions // 125) if database else 0)):
+            for step in self.rng.sample([s for s in span if s not in self.interruptions],
+                                        count):
+                self.interruptions[step] = kind
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -156,7 +164,7 @@ class Walk:
             self.driver.ensure_user(user)
         self.check()
         for step in range(self.total):
-            kind = self.restarts.get(step) or self.pick()
+            kind = self.interruptions.get(step) or self.pick()
             acting = time.monotonic()
             outcome = self.act(kind)
             checking = time.monotonic()
@@ -435,10 +443,16 @@ class Walk:
 
     # -- Hub servers -----------------------------------------------------------------------------
 
-    def do_start_server(self) -> str:
-        free = [(user, name) for user in USERS for name in SERVER_NAMES
+    def free_servers(self) -> list[tuple[str, str]]:
+        """The servers the walk may start now: none while MAX_SERVERS run."""
+        if len(self.snapshot.servers) >= MAX_SERVERS:
+            return []
+        return [(user, name) for user in USERS for name in SERVER_NAMES
                 if (user, name) not in self.snapshot.servers]
-        if len(self.snapshot.servers) >= MAX_SERVERS or not free:
+
+    def do_start_server(self) -> str:
+        free = self.free_servers()
+        if not free:
             return self.do_stop_server()
         user, name = self.rng.choice(free)
         profile = self.rng.choice(PROFILES)
@@ -504,6 +518,9 @@ class Walk:
         self.facts.outages[-1] = (down, now())
         return "restarted"
 
+    def do_database_outage(self) -> str:
+        return self.outages.outage()
+
     def do_restart_hub(self) -> str:
         down = now()
         self.facts.outages.append((down, None))
@@ -517,14 +534,18 @@ class Walk:
 
 
 def run_soak(state_dir: Path, seed: int, actions: int, log: Callable[[str], None] = print,
-             log_dir: Path | None = None, db_url: str | None = None) -> SoakResult:
+             log_dir: Path | None = None, db_url: str | None = None,
+             database: PrivatePostgres | None = None) -> SoakResult:
     """Start the demo with the soak's profile, walk, stop it; raises SoakFailure.
 
     The demo's logs go to ``log_dir`` (default: ``state_dir/logs``); ``db_url`` puts the
-    booking service on that database instead of the demo's SQLite file."""
+    booking service on that database instead of the demo's SQLite file; ``database`` on that
+    private server, which the walk stops and starts (database outages)."""
+    if database is not None:
+        db_url = database.url
     with running_demo(state_dir, profile="soak", gated_namespaces=GATED, db_url=db_url,
                       log_dir=log_dir or state_dir / "logs") as driver:
-        walk = Walk(driver, seed, actions, log)
+        walk = Walk(driver, seed, actions, log, database)
         try:
             return walk.run()
         finally:

@@ -7,11 +7,11 @@ one-pod-per-booking refusal and the release of the booking at the pod's end all 
 
 from __future__ import annotations
 
-import sys
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from pod_commands import sleeping
 from soak_invariants import Snapshot, pod_booking_id, pod_name
 
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 #: gated namespace -> its owner: pods made there outside the Hub need the owner's booking
 GATED = {"jobs-u0": "u0", "jobs-u1": "u1"}
 MAX_OUTSIDE_PODS = 4
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(3600)"]
 
 
 def now() -> datetime:
@@ -88,9 +87,11 @@ class OutsidePods:
         resources = ({"nvidia.com/gpu": "1"} if booking is None else {
             name: str(count) for name, count in self.booking_resources(booking).items()})
         self.counter += 1
+        # it runs until deleted (by the walk, or by the service at its booking's end); a long
+        # walk lasts an hour
         pod = {"metadata": {"name": f"train-{self.counter}"},
                "spec": {"restartPolicy": "Never", "containers": [{
-                   "name": "main", "image": "python:3.12", "command": SLEEPER,
+                   "name": "main", "image": "python:3.12", "command": sleeping(3600),
                    "resources": {"limits": resources}}]}}
         response = self.walk.driver.cluster.post(f"api/v1/namespaces/{namespace}/pods", json=pod)
         # the webhook refuses with a sentence (403)

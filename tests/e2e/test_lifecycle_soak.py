@@ -3,8 +3,9 @@
 the booking invariants checked after every step (see soak.py and soak_invariants.py).
 
 CI runs one seed on SQLite, and a shorter walk with the service on PostgreSQL and on MariaDB,
-the databases of production (other isolation, other locks); ``SOAK_SEED``, ``SOAK_ACTIONS``
-and ``SOAK_SERVER_ACTIONS`` run others, or longer (docs: testing).
+the databases of production (other isolation, other locks); on PostgreSQL, a private server,
+the walk also stops the database for a few seconds now and then. ``SOAK_SEED``,
+``SOAK_ACTIONS`` and ``SOAK_SERVER_ACTIONS`` run others, or longer (docs: testing).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def assert_walked(result: SoakResult, actions: int) -> None:
         "one pod per booking", "no GPU pod without an active booking",
         "servers stop only when their booking ends", "no instant overbooked",
         "pod claims end with their pod", "accounting identity",
-        "maintenance windows stay free"))
+        "maintenance windows stay free", "nothing is lost"))
     # pods made outside the Hub were admitted on their owner's booking, not only refused
     assert result.webhook["admitted"] > 0
 
@@ -45,12 +46,21 @@ def test_a_seeded_walk_keeps_every_booking_invariant(tmp_path):
     assert_walked(result, ACTIONS)
 
 
-@pytest.mark.parametrize("backend", [pytest.param("postgresql", marks=pytest.mark.postgres),
-                                     pytest.param("mysql", marks=pytest.mark.mysql)])
+# a private server the walk stops and starts (database outages, soak_outage.py)
+@pytest.mark.postgres
 @pytest.mark.timeout(300 + SERVER_ACTIONS * 3)
-def test_the_walk_keeps_them_on_a_database_server(tmp_path, backend):
-    skip_unless_reachable(backend)
-    with new_database(backend) as url:
+def test_the_walk_keeps_them_on_postgresql_through_its_outages(tmp_path, private_postgres):
+    result = run_soak(tmp_path, SEED, SERVER_ACTIONS, database=private_postgres,
+                      log_dir=E2E_LOGS / f"soak-seed-{SEED}-postgresql")
+    assert_walked(result, SERVER_ACTIONS)
+    assert result.actions["database outage"] >= 1
+
+
+@pytest.mark.mysql
+@pytest.mark.timeout(300 + SERVER_ACTIONS * 3)
+def test_the_walk_keeps_them_on_mariadb(tmp_path):
+    skip_unless_reachable("mysql")
+    with new_database("mysql") as url:
         result = run_soak(tmp_path, SEED, SERVER_ACTIONS, db_url=url,
-                          log_dir=E2E_LOGS / f"soak-seed-{SEED}-{backend}")
+                          log_dir=E2E_LOGS / f"soak-seed-{SEED}-mysql")
     assert_walked(result, SERVER_ACTIONS)

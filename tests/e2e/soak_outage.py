@@ -1,0 +1,175 @@
+"""The lifecycle soak's database outages (see soak.py): with the booking service on a private
+PostgreSQL server (tests/private_postgres.py), the walk stops that server at seeded steps for a
+few seconds, as a crash or a restart of the database would, and starts it again.
+
+While it is down the walk checks what users meet, as test_e2e_database_outage.py does on one
+path: the API answers 503 in its JSON shape with ``Retry-After``; a GPU start is refused with the
+spawner's "cannot be reached" sentence, as is a GPU pod made outside the Hub (the admission
+webhook's sentence); a CPU server starts. When the server is back, the service answers again in
+the same process, and the invariants checked after the step (the outage counted as time nobody
+could stop a server, book a wait or release a claim) find nothing lost and nothing half done:
+bookings that ended meanwhile have their servers stopped, waits that fit are booked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+import httpx
+from soak_invariants import SoakFailure
+from soak_pods import GATED
+
+from jhub_gpubooking.admission.server import UNAVAILABLE as WEBHOOK_UNAVAILABLE
+from jhub_gpubooking.chooser import SERVICE_UNAVAILABLE_MESSAGE
+from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
+from jhub_gpubooking.db.session import DATABASE_UNAVAILABLE_MESSAGE
+from jhub_gpubooking.service.base import RETRY_AFTER_SECONDS
+
+if TYPE_CHECKING:
+    from private_postgres import PrivatePostgres
+    from soak import Walk
+
+#: how long the database stays down (seconds, drawn by the walk's seed): long enough that a
+#: lifecycle tick or two fail, sometimes across a booking's end on the one-minute grid
+OUTAGE_SECONDS = (3.0, 15.0)
+#: a safety net for a service that never answers again (no timing is asserted)
+BACK_WITHIN_SECONDS = 120
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class DatabaseOutages:
+    """Stops and starts the booking service's database; says what users met meanwhile."""
+
+    def __init__(self, walk: Walk, database: PrivatePostgres):
+        self.walk = walk
+        self.database = database
+        self.pods = 0
+
+    def outage(self) -> str:
+        walk = self.walk
+        seconds = walk.rng.uniform(*OUTAGE_SECONDS)
+        service = walk.driver.service_pid()
+        walk.log(f"stopping the booking database for {seconds:.0f} s at step {walk.result.steps}")
+        down = now()
+        walk.facts.outages.append((down, None))
+        self.database.stop()
+        try:
+            met = self.what_users_meet()
+            time.sleep(max(0.0, seconds - (now() - down).total_seconds()))
+        finally:
+            self.database.start()
+        self.wait_until_back()
+        walk.facts.outages[-1] = (down, now())
+        if walk.driver.service_pid() != service:
+            raise SoakFailure("the booking service was restarted during the database outage; "
+                               "it should have waited the outage out")
+        return ", ".join(met)
+
+    def what_users_meet(self) -> list[str]:
+        walk = self.walk
+        user = walk.rng.choice(sorted({b["user"] for b in walk.bookings_in("active")} or
+                                      {"u0"}))
+        self.unavailable(walk.driver.booking.get("bookings", params={"user": user}),
+                         "listing bookings")
+        start = ceil_to_grid(now(), 1) + timedelta(minutes=1)
+        self.unavailable(walk.driver.booking.post("bookings", json={
+            "user": user, "pool": "a100", "gpus": 1, "start": format_time(start),
+            "end": format_time(start + timedelta(minutes=2))}), "booking")
+        met = ["API 503"]
+        free = [(name, key) for key in walk.free_servers() for name in ("gpu", "cpu")]
+        walk.rng.shuffle(free)
+        gpu = next((key for name, key in free if name == "gpu"), None)
+        if gpu is not None:
+            met.append(self.gpu_start_refused(*gpu))
+        cpu = next((key for name, key in free if name == "cpu" and key != gpu), None)
+        if cpu is not None:
+            met.append(self.cpu_start_served(*cpu))
+        met.append(self.gpu_pod_refused())
+        return met
+
+    def unavailable(self, response: httpx.Response, what: str) -> None:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if (response.status_code != 503 or body != {"status": 503,
+                                                    "message": DATABASE_UNAVAILABLE_MESSAGE}
+                or response.headers.get("Retry-After") != str(RETRY_AFTER_SECONDS)):
+            raise SoakFailure(
+                f"{what} while the database was down: {response.status_code} "
+                f"(Retry-After {response.headers.get('Retry-After')}) {response.text[:300]}")
+
+    def gpu_start_refused(self, user: str, name: str) -> str:
+        """A GPU start is refused with the sentence that says why: at once, or (the soak's Hub
+        answers 202 before the spawn ends) on the spawn page, which reads the Hub's progress."""
+        profile = self.walk.rng.choice(("a100", "l4"))
+        response = self.walk.driver.start_server(user, profile, name)
+        outcome = self.walk.answered(response, {202: "requested", 400: "refused",
+                                                500: "refused", 503: "refused"})
+        if outcome == "refused" and "pending stop" in response.text:
+            return "GPU start: still stopping"
+        said = response.text if outcome == "refused" else self.spawn_failure(user, name)
+        if SERVICE_UNAVAILABLE_MESSAGE not in said:
+            raise SoakFailure(f"GPU start of {user}/{name} while the database was down: "
+                              f"{response.status_code}, then {said[:300]!r}")
+        return "GPU start refused"
+
+    def spawn_failure(self, user: str, name: str) -> str:
+        """What the spawn page says of a start that failed ("" if it got ready)."""
+        path = f"users/{user}/servers/{name}/progress" if name else f"users/{user}/server/progress"
+        with self.walk.driver.hub.stream("GET", path) as response:
+            if response.status_code != 200:
+                return f"progress: {response.status_code} {response.read().decode()[:300]}"
+            for line in response.iter_lines():
+                event = json.loads(line[len("data:"):]) if line.startswith("data:") else {}
+                if event.get("failed"):
+                    return event.get("message", "")
+                if event.get("ready"):
+                    return ""
+        return ""
+
+    def cpu_start_served(self, user: str, name: str) -> str:
+        response = self.walk.driver.start_server(user, "cpu", name)
+        if self.walk.answered(response, {201: "started", 202: "requested",
+                                         400: "still stopping"}) == "still stopping":
+            return "CPU start: still stopping"
+        try:
+            self.walk.driver.wait_ready(user, name)
+        except AssertionError as error:
+            raise SoakFailure(
+                f"CPU server {user}/{name} did not start while the database was down: {error}"
+            ) from error
+        return "CPU server started"
+
+    def gpu_pod_refused(self) -> str:
+        namespace = self.walk.rng.choice(sorted(GATED))
+        self.pods += 1
+        pod = {"metadata": {"name": f"outage-{self.pods}"},
+               "spec": {"restartPolicy": "Never", "containers": [{
+                   "name": "main", "image": "python:3.12", "command": ["true"],
+                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        response = self.walk.driver.cluster.post(f"api/v1/namespaces/{namespace}/pods", json=pod)
+        if response.status_code != 403 or WEBHOOK_UNAVAILABLE not in response.text:
+            raise SoakFailure(
+                f"GPU pod in {namespace} while the database was down: "
+                f"{response.status_code} {response.text[:300]}")
+        return "GPU pod refused"
+
+    def wait_until_back(self) -> None:
+        deadline = time.monotonic() + BACK_WITHIN_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                if self.walk.driver.booking.get("bookings", params={"limit": 1}).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass  # answering again is what is awaited
+            time.sleep(0.2)
+        raise SoakFailure(
+            f"the booking service did not answer within {BACK_WITHIN_SECONDS} s of its "
+            "database coming back")
