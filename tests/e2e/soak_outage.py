@@ -106,12 +106,13 @@ class DatabaseOutages:
                 f"(Retry-After {response.headers.get('Retry-After')}) {response.text[:300]}")
 
     def gpu_start_refused(self, user: str, name: str) -> str:
-        """A GPU start is refused with the sentence that says why: at once, or (the soak's Hub
-        answers 202 before the spawn ends) on the spawn page, which reads the Hub's progress."""
+        """A GPU start is refused with the sentence that says why: at once, or on the spawn
+        page, which reads the Hub's progress. The soak's Hub answers before the spawn ends: 202,
+        or on JupyterHub 6 201 for a spawn that failed meanwhile (no longer pending)."""
         profile = self.walk.rng.choice(("a100", "l4"))
         response = self.walk.driver.start_server(user, profile, name)
-        outcome = self.walk.answered(response, {202: "requested", 400: "refused",
-                                                500: "refused", 503: "refused"})
+        outcome = self.walk.answered(response, {201: "answered", 202: "requested",
+                                                400: "refused", 500: "refused", 503: "refused"})
         if outcome == "refused" and "pending stop" in response.text:
             return "GPU start: still stopping"
         said = response.text if outcome == "refused" else self.spawn_failure(user, name)
