@@ -38,18 +38,32 @@ def kubectl() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def private_postgres():
-    """A private PostgreSQL server the test may stop and start (see private_postgres.py)."""
-    import private_postgres as private
-
-    reason = private.unavailable()
+def _running_private_server(unavailable, server_class) -> Iterator:
+    """A private database server (private_postgres.py, private_mariadb.py), started; skips,
+    printing why, when this machine cannot run one."""
+    reason = unavailable()
     if reason:
         print(f"SKIP: {reason}")
         pytest.skip(reason)
-    server = private.PrivatePostgres()
+    server = server_class()
     try:
         server.start()
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def private_postgres():
+    """A private PostgreSQL server the test may stop and start (see private_postgres.py)."""
+    from private_postgres import PrivatePostgres, unavailable
+
+    yield from _running_private_server(unavailable, PrivatePostgres)
+
+
+@pytest.fixture(scope="module")
+def private_mariadb():
+    """A private MariaDB server the test may stop and start (see private_mariadb.py)."""
+    from private_mariadb import PrivateMariaDB, unavailable
+
+    yield from _running_private_server(unavailable, PrivateMariaDB)

@@ -1,8 +1,8 @@
 """A database that cannot serve us: each real failure is recognised as "unavailable" (the
 service's 503), no change is half-written, and work resumes as soon as the database is back.
 
-PostgreSQL outages use a private server (``private_postgres.py``) that the test stops and
-starts; SQLite's locked, read-only and full cases use SQLite's own errors on a real file.
+PostgreSQL and MariaDB outages use a private server (``private_postgres.py``,
+``private_mariadb.py``) that the test stops and starts; SQLite's locked, read-only and full cases use SQLite's own errors on a real file.
 """
 
 from __future__ import annotations
@@ -147,14 +147,16 @@ def test_a_bug_is_not_mistaken_for_an_outage(sqlite_file):
     engine.dispose()
 
 
-@pytest.mark.postgres
-def test_postgres_outage_is_unavailable_and_work_resumes_when_it_is_back(private_postgres, pools):
-    url = private_postgres.url
+@pytest.mark.parametrize("server", [pytest.param("private_postgres", marks=pytest.mark.postgres),
+                                    pytest.param("private_mariadb", marks=pytest.mark.mysql)])
+def test_an_outage_is_unavailable_and_work_resumes_when_it_is_back(server, pools, request):
+    database = request.getfixturevalue(server)
+    url = database.url
     upgrade(url)
     engine = make_engine(url, timeout=2)
     store = build_store(engine, pools)
     before = book(store, 0)
-    private_postgres.stop()
+    database.stop()
     try:
         for attempt in range(3):
             # a pooled connection died with the server; new ones are refused: never a hang
@@ -165,7 +167,7 @@ def test_postgres_outage_is_unavailable_and_work_resumes_when_it_is_back(private
                 store.list()
             assert unavailable_reason(refused.value) == DATABASE_UNAVAILABLE_MESSAGE
     finally:
-        private_postgres.start()
+        database.start()
     # the first request after the restart works: dead pooled connections are pinged away
     after = book(store, 1)
     assert [booking.id for booking in store.list()] == [before.id, after.id]
