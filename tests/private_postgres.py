@@ -100,3 +100,4 @@ class PrivatePostgres:
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+

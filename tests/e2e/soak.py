@@ -8,8 +8,9 @@ now, cancel, take an offer to start early; an admin's maintenance windows (added
 collisions cleared, removed); start and stop default and named servers on CPU and GPU
 profiles; pods made outside the Hub in gated namespaces (the service's admission webhook,
 see soak_pods.py); restarts of the booking service and of the Hub in the middle of the walk,
-and, with the service on a private PostgreSQL server, outages of its database (soak_outage.py);
-pauses, so bookings start and end on the one-minute grid of the fast lifecycle clock.
+and, with the service on a private PostgreSQL or MariaDB server, outages of its database
+(soak_outage.py); pauses, so bookings start and end on the one-minute grid of the fast
+lifecycle clock.
 
 The seed fixes every choice the walk makes from what it sees; the live stack's timing still
 varies from run to run. Run it longer than CI does with::
@@ -34,7 +35,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import httpx
 
@@ -51,11 +51,8 @@ from soak_invariants import (  # noqa: E402
     WalkFacts,
     pod_booking_id,
 )
-from soak_outage import DatabaseOutages  # noqa: E402
+from soak_outage import DatabaseOutages, StoppableDatabase  # noqa: E402
 from soak_pods import GATED, OutsidePods  # noqa: E402
-
-if TYPE_CHECKING:
-    from private_postgres import PrivatePostgres
 
 USERS = ("u0", "u1", "u2", "u3", "u4")
 SERVER_NAMES = ("", "gpu")
@@ -117,7 +114,7 @@ class Walk:
     """One seeded walk on a running demo; :meth:`run` returns what it did and checked."""
 
     def __init__(self, driver: Driver, seed: int, actions: int, log: Callable[[str], None],
-                 database: PrivatePostgres | None = None):
+                 database: StoppableDatabase | None = None):
         self.driver = driver
         self.demo = driver.demo
         self.rng = random.Random(seed)
@@ -535,7 +532,7 @@ class Walk:
 
 def run_soak(state_dir: Path, seed: int, actions: int, log: Callable[[str], None] = print,
              log_dir: Path | None = None, db_url: str | None = None,
-             database: PrivatePostgres | None = None) -> SoakResult:
+             database: StoppableDatabase | None = None) -> SoakResult:
     """Start the demo with the soak's profile, walk, stop it; raises SoakFailure.
 
     The demo's logs go to ``log_dir`` (default: ``state_dir/logs``); ``db_url`` puts the

@@ -1,6 +1,7 @@
 """The lifecycle soak's database outages (see soak.py): with the booking service on a private
-PostgreSQL server (tests/private_postgres.py), the walk stops that server at seeded steps for a
-few seconds, as a crash or a restart of the database would, and starts it again.
+PostgreSQL or MariaDB server (tests/private_postgres.py, tests/private_mariadb.py), the walk
+stops that server at seeded steps for a few seconds, as a crash or a restart of the database
+would, and starts it again.
 
 While it is down the walk checks what users meet, as test_e2e_database_outage.py does on one
 path: the API answers 503 in its JSON shape with ``Retry-After``; a GPU start is refused with the
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 from soak_invariants import SoakFailure
@@ -29,7 +30,6 @@ from jhub_gpubooking.db.session import DATABASE_UNAVAILABLE_MESSAGE
 from jhub_gpubooking.service.base import RETRY_AFTER_SECONDS
 
 if TYPE_CHECKING:
-    from private_postgres import PrivatePostgres
     from soak import Walk
 
 #: how long the database stays down (seconds, drawn by the walk's seed): long enough that a
@@ -39,6 +39,16 @@ OUTAGE_SECONDS = (3.0, 15.0)
 BACK_WITHIN_SECONDS = 120
 
 
+class StoppableDatabase(Protocol):
+    """A private database server (tests/private_postgres.py, tests/private_mariadb.py)."""
+
+    url: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -46,7 +56,7 @@ def now() -> datetime:
 class DatabaseOutages:
     """Stops and starts the booking service's database; says what users met meanwhile."""
 
-    def __init__(self, walk: Walk, database: PrivatePostgres):
+    def __init__(self, walk: Walk, database: StoppableDatabase):
         self.walk = walk
         self.database = database
         self.pods = 0

@@ -3,8 +3,8 @@
 the booking invariants checked after every step (see soak.py and soak_invariants.py).
 
 CI runs one seed on SQLite, and a shorter walk with the service on PostgreSQL and on MariaDB,
-the databases of production (other isolation, other locks); on PostgreSQL, a private server,
-the walk also stops the database for a few seconds now and then. ``SOAK_SEED``,
+the databases of production (other isolation, other locks), each a private server that the
+walk also stops for a few seconds now and then. ``SOAK_SEED``,
 ``SOAK_ACTIONS`` and ``SOAK_SERVER_ACTIONS`` run others, or longer (docs: testing).
 """
 
@@ -14,7 +14,6 @@ import os
 
 import pytest
 from e2e_harness import E2E_LOGS
-from server_databases import new_database, skip_unless_reachable
 from soak import SoakResult, run_soak
 
 pytestmark = pytest.mark.e2e
@@ -47,20 +46,12 @@ def test_a_seeded_walk_keeps_every_booking_invariant(tmp_path):
 
 
 # a private server the walk stops and starts (database outages, soak_outage.py)
-@pytest.mark.postgres
+@pytest.mark.parametrize("server", [pytest.param("private_postgres", marks=pytest.mark.postgres),
+                                    pytest.param("private_mariadb", marks=pytest.mark.mysql)])
 @pytest.mark.timeout(300 + SERVER_ACTIONS * 3)
-def test_the_walk_keeps_them_on_postgresql_through_its_outages(tmp_path, private_postgres):
-    result = run_soak(tmp_path, SEED, SERVER_ACTIONS, database=private_postgres,
-                      log_dir=E2E_LOGS / f"soak-seed-{SEED}-postgresql")
+def test_the_walk_keeps_them_on_a_database_server_through_its_outages(tmp_path, server, request):
+    database = request.getfixturevalue(server)
+    result = run_soak(tmp_path, SEED, SERVER_ACTIONS, database=database,
+                      log_dir=E2E_LOGS / f"soak-seed-{SEED}-{server}")
     assert_walked(result, SERVER_ACTIONS)
     assert result.actions["database outage"] >= 1
-
-
-@pytest.mark.mysql
-@pytest.mark.timeout(300 + SERVER_ACTIONS * 3)
-def test_the_walk_keeps_them_on_mariadb(tmp_path):
-    skip_unless_reachable("mysql")
-    with new_database("mysql") as url:
-        result = run_soak(tmp_path, SEED, SERVER_ACTIONS, db_url=url,
-                          log_dir=E2E_LOGS / f"soak-seed-{SEED}-mysql")
-    assert_walked(result, SERVER_ACTIONS)
