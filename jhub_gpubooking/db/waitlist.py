@@ -192,9 +192,20 @@ class WaitStore:
         now = as_utc(now) if now is not None else store.now()
         # the slot starting at latest_start has ended (core.waitlist.expires_at)
         cutoff = floor_to_grid(now, store.slot_minutes) - timedelta(minutes=store.slot_minutes)
+        # Read first, then write by primary key. An UPDATE that finds its rows through the
+        # (state, pool) index locks an index entry before the row, while booking a wait locks
+        # the row (by id) and then, changing its state, the entry: on InnoDB the two deadlocked
+        # when serves ran side by side (CI, MariaDB). The read takes no lock; mostly nothing is
+        # due and nothing is written.
+        due = session.scalars(
+            select(WaitRow.id)
+            .where(WaitRow.state == WaitState.WAITING.value, WaitRow.latest_start <= cutoff)
+        ).all()
+        if not due:
+            return 0
         result = session.execute(
             update(WaitRow)
-            .where(WaitRow.state == WaitState.WAITING.value, WaitRow.latest_start <= cutoff)
+            .where(WaitRow.id.in_(due), WaitRow.state == WaitState.WAITING.value)
             .values(state=WaitState.EXPIRED.value, updated=store.stamp())
         )
         return result.rowcount or 0

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 from db_test_times import at
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from jhub_gpubooking.core.errors import Conflict, InvalidRequest, NoCapacity, PolicyViolation
 from jhub_gpubooking.core.model import BookingState
@@ -153,6 +153,45 @@ def test_concurrent_serving_books_each_wait_once(make_store):
     assert sorted(b.user for b in store.list(start=at(11), end=at(12))
                   if b.status == "booked") == ["ada", "cy", "dan"]
     assert waitlist.get(waits[2].id).state is WaitState.WAITING
+
+
+def _lock_waits(connection) -> int:
+    """How many transactions wait for a row lock on the server right now."""
+    if connection.dialect.name == "postgresql":
+        query = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+    else:
+        query = "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+    return connection.execute(text(query)).scalar()
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres),
+                                    pytest.param("mysql", marks=pytest.mark.mysql)],
+                         indirect=True)
+def test_expiring_waits_does_not_deadlock_with_a_wait_being_booked(make_store, engine, clock):
+    """Every serve first expires what is past; another serve may be booking a wait meanwhile,
+    holding its row (``_book``) and then changing its state. On MariaDB the expiry's UPDATE,
+    which found its rows through the (state, pool) index, held the index entry and waited for
+    the row, and the booking waited for the entry: a deadlock (CI, 2026-11-27). Here the
+    booking side holds the row while the expiry runs; both must finish."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = make_store()
+    fill_a100(store, at(11), at(13))
+    waitlist = Waitlist(store)
+    wait = waitlist.join("cy", "a100", 1, at(11), at(12))  # not due: it may start until 12:00
+    with engine.connect() as booking_side, engine.connect() as watcher, \
+            ThreadPoolExecutor(1) as pool:
+        booking_side.execute(text("SELECT id FROM waits WHERE id = :id FOR UPDATE"),
+                             {"id": wait.id})
+        expired = pool.submit(waitlist.expire, clock.now())
+        # the expiry has finished, or waits for the row the booking side holds
+        while not expired.done() and not _lock_waits(watcher):
+            watcher.rollback()  # a fresh snapshot of the lock tables each time
+        booking_side.execute(text("UPDATE waits SET state = 'booked' WHERE id = :id"),
+                             {"id": wait.id})
+        booking_side.commit()
+        assert expired.result() == 0
+    assert waitlist.get(wait.id).state is WaitState.BOOKED
 
 
 def test_a_wait_kept_out_by_the_spread_of_bookings_is_booked_by_moving_one(store):
