@@ -533,6 +533,16 @@ class GPUBookingSpawner(KubeSpawner):
                 "Could not release booking %s of %s: %s", booking_id, self._log_name, error
             )
 
+    async def _start_reflector(self, *args: Any, **kwargs: Any):
+        # KubeSpawner shares one pod and one event reflector per namespace, started by the
+        # first caller that needs it and registered before its first list returns. If that
+        # caller is cancelled meanwhile, the list is cancelled, its first load never finishes,
+        # and every later start, poll and stop of every user waits on it until its timeout, for
+        # as long as the Hub runs (kubespawner 7.1). A booking refusal makes that likely: the
+        # spawn page's progress stream starts the event reflector, and the refusal, milliseconds
+        # later, ends the stream. Shielded, the first load finishes whoever stops waiting.
+        return await asyncio.shield(super()._start_reflector(*args, **kwargs))
+
     async def progress(self):
         async for event in super().progress():
             yield event

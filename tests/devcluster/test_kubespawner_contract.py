@@ -23,6 +23,7 @@ from tornado.netutil import bind_sockets
 from traitlets.config import Config
 
 from jhub_gpubooking.devcluster import ApiError, DevCluster, gpu_node
+from jhub_gpubooking.spawner import GPUBookingSpawner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -54,14 +55,14 @@ def hub_api():
     server.stop()
 
 
-def make_spawner(port: int, hub: Hub) -> KubeSpawner:
+def make_spawner(port: int, hub: Hub, spawner_class: type[KubeSpawner] = KubeSpawner) -> KubeSpawner:
     config = Config()
     config.KubeSpawner.namespace = "default"
     config.KubeSpawner.port = port
     config.KubeSpawner.start_timeout = 60
     config.KubeSpawner.http_timeout = 60
-    spawner = KubeSpawner(config=config, user=HubUser(), hub=hub, api_token="contract-token",
-                          oauth_client_id="jupyterhub-user-ada", _mock=True)
+    spawner = spawner_class(config=config, user=HubUser(), hub=hub, api_token="contract-token",
+                            oauth_client_id="jupyterhub-user-ada", _mock=True)
     spawner.server = Server(base_url="/user/ada/")
     return spawner
 
@@ -112,6 +113,33 @@ async def test_kubespawner_start_poll_stop_runs_a_real_singleuser_server(kube_en
     assert await spawner.poll() is not None
     with pytest.raises(ApiError):
         kube_env.store.get("pods", "default", spawner.pod_name)
+
+
+@pytest.mark.parametrize("spawner_class", [KubeSpawner, GPUBookingSpawner])
+async def test_a_reflector_whose_first_caller_was_cancelled_still_loads(
+    kube_env, hub_api, spawner_class
+):
+    """The spawn page's progress stream starts the shared event reflector; a booking refusal
+    ends that stream while the first list is on its way. KubeSpawner 7.1 keeps the reflector
+    registered but never loaded, so every later start waits on it until its timeout;
+    GPUBookingSpawner lets the first load finish (spawner.py, ``_start_reflector``). Should a
+    KubeSpawner release fix this, the first case fails and the override can go."""
+    spawner = make_spawner(free_port(), hub_api, spawner_class)
+    key = spawner._get_reflector_key("events")
+    first = asyncio.ensure_future(spawner._start_watching_events())
+    while key not in KubeSpawner.reflectors:
+        await asyncio.sleep(0)
+    # registered, its first list on its way: the stream ends now
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    later = make_spawner(free_port(), hub_api, spawner_class)._start_watching_events()
+    if spawner_class is KubeSpawner:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(later, 5)
+    else:
+        reflector = await asyncio.wait_for(later, 30)
+        assert reflector.first_load_future.done() and reflector is KubeSpawner.reflectors[key]
 
 
 def _processes_in(cluster: DevCluster, pod: dict) -> list[str]:
