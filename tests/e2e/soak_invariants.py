@@ -22,6 +22,8 @@ The promise under test: the booked share, exactly while booked.
   told about and could not clear;
 - a wait whose request fits as the pool stands (nothing moved), of a user under the booking
   limit, is booked within a few ticks: the service serves the waitlist every tick;
+- a server start is decided (ready, or refused and gone) within a minute, the time a
+  service, Hub or database outage took aside: the simulated cluster starts a server in seconds;
 - nothing is lost (a restart or a database outage included): every booking and wait once
   listed stays listed as it was made (its user, pool, share and creation), and a booking's
   state only moves on (upcoming, active, ended; cancelled before its start), never back.
@@ -236,7 +238,8 @@ class InvariantChecker:
     """Checks a snapshot; ``checks`` counts what was checked, per invariant."""
 
     def __init__(self, grace: timedelta, slack: timedelta, slot: timedelta = timedelta(minutes=1),
-                 max_bookings: int | None = None, serve_slack: timedelta | None = None):
+                 max_bookings: int | None = None, serve_slack: timedelta | None = None,
+                 start_slack: timedelta = timedelta(minutes=1)):
         self.grace = grace
         #: what stopping takes when nothing is down: the lifecycle tick, the Hub's stop, the
         #: pod's deletion; the walk's own step and check come on top
@@ -248,6 +251,9 @@ class InvariantChecker:
         #: what booking a wait that fits may take: the service serves the waitlist every tick,
         #: without the Hub or the cluster (default: ``slack``)
         self.serve_slack = slack if serve_slack is None else serve_slack
+        #: how long a server may stay pending "spawn" (the simulated cluster needs seconds)
+        self.start_slack = start_slack
+        self._starting: dict[ServerKey, datetime] = {}
         self._fitting_waits: dict[int, datetime] = {}
         self.checks: Counter[str] = Counter()
         self._ended_waits: dict[int, tuple[str, int | None]] = {}
@@ -268,6 +274,7 @@ class InvariantChecker:
             *self.maintenance_stays_free(snapshot, facts),
             *self.fitting_waits_are_booked(snapshot, facts),
             *self.nothing_is_lost(snapshot),
+            *self.starts_are_decided(snapshot, facts),
         ]
 
     def one_pod_per_booking(self, snapshot: Snapshot) -> list[str]:
@@ -574,4 +581,21 @@ class InvariantChecker:
                     STATE_RANK[was["state"]] == 2 and state != was["state"]):
                 violations.append(f"booking {booking_id} went from {was['state']} to {state}")
         self._listed = (dict(snapshot.bookings), dict(snapshot.waits))
+        return violations
+
+    def starts_are_decided(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
+        """No server stays pending "spawn" longer than ``start_slack`` (plus outages): a start
+        that hangs fails only at the Hub's start_timeout, and nothing else would notice it."""
+        starting, violations = {}, []
+        for key, model in sorted(snapshot.servers.items()):
+            if model.get("pending") != "spawn":
+                continue
+            self.checks["server starts are decided"] += 1
+            since = starting[key] = self._starting.get(key, snapshot.now)
+            allowed = self.start_slack + facts.outage_within(since, snapshot.now)
+            if snapshot.now - since > allowed:
+                user, name = key
+                violations.append(f"server {user}/{name} still starting "
+                                  f"{snapshot.now - since} after its start (allowed {allowed})")
+        self._starting = starting
         return violations

@@ -6,15 +6,18 @@ would, and starts it again.
 While it is down the walk checks what users meet, as test_e2e_database_outage.py does on one
 path: the API answers 503 in its JSON shape with ``Retry-After``; a GPU start is refused with the
 spawner's "cannot be reached" sentence, as is a GPU pod made outside the Hub (the admission
-webhook's sentence); a CPU server starts. When the server is back, the service answers again in
-the same process, and the invariants checked after the step (the outage counted as time nobody
-could stop a server, book a wait or release a claim) find nothing lost and nothing half done:
-bookings that ended meanwhile have their servers stopped, waits that fit are booked.
+webhook's sentence); a CPU server starts. Half the time the service is restarted meanwhile, as
+when the hub pod moves during an outage: the new process must wait for its database. When the
+server is back, the service answers again in the process that waited, and the invariants
+checked after the step (the outage counted as time nobody could stop a server, book a wait or
+release a claim) find nothing lost and nothing half done: bookings that ended meanwhile have
+their servers stopped, waits that fit are booked.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Protocol
@@ -64,22 +67,44 @@ class DatabaseOutages:
     def outage(self) -> str:
         walk = self.walk
         seconds = walk.rng.uniform(*OUTAGE_SECONDS)
-        service = walk.driver.service_pid()
-        walk.log(f"stopping the booking database for {seconds:.0f} s at step {walk.result.steps}")
+        # half the time the service restarts too (a hub pod rescheduled while the database is
+        # down): it must wait for the database, not crash-loop
+        restart = walk.rng.random() < 0.5
+        walk.log(f"stopping the booking database for {seconds:.0f} s at step {walk.result.steps}"
+                 + (", restarting the service meanwhile" if restart else ""))
         down = now()
         walk.facts.outages.append((down, None))
         self.database.stop()
         try:
             met = self.what_users_meet()
+            service = self.restarted_service() if restart else walk.driver.service_pid()
+            if restart:
+                met.append("service restarted")
             time.sleep(max(0.0, seconds - (now() - down).total_seconds()))
         finally:
             self.database.start()
         self.wait_until_back()
         walk.facts.outages[-1] = (down, now())
         if walk.driver.service_pid() != service:
-            raise SoakFailure("the booking service was restarted during the database outage; "
-                               "it should have waited the outage out")
+            raise SoakFailure("the booking service exited during the database outage (the Hub "
+                              "started another); it should have waited the outage out")
         return ", ".join(met)
+
+    def restarted_service(self) -> int:
+        """SIGTERM the service; the process id of the one the Hub starts again, which finds
+        its database down."""
+        old = self.walk.driver.signal_service(signal.SIGTERM)
+        deadline = time.monotonic() + BACK_WITHIN_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                service = self.walk.driver.service_pid()
+                if service != old:
+                    return service
+            except AssertionError:
+                pass  # not started again yet
+            time.sleep(0.2)
+        raise SoakFailure(f"the Hub did not start the booking service again within "
+                          f"{BACK_WITHIN_SECONDS} s")
 
     def what_users_meet(self) -> list[str]:
         walk = self.walk
@@ -126,15 +151,25 @@ class DatabaseOutages:
         if outcome == "refused" and "pending stop" in response.text:
             return "GPU start: still stopping"
         said = response.text if outcome == "refused" else self.spawn_failure(user, name)
+        if said is None:
+            # it failed, and the Hub forgot the failed start before the page asked why
+            model = self.walk.driver.server_model(user, name)
+            if model and (model.get("ready") or model.get("pending")):
+                raise SoakFailure(f"GPU start of {user}/{name} while the database was down: "
+                                  f"{response.status_code}, then {model}")
+            return "GPU start refused (its page gone)"
         if SERVICE_UNAVAILABLE_MESSAGE not in said:
             raise SoakFailure(f"GPU start of {user}/{name} while the database was down: "
                               f"{response.status_code}, then {said[:300]!r}")
         return "GPU start refused"
 
-    def spawn_failure(self, user: str, name: str) -> str:
-        """What the spawn page says of a start that failed ("" if it got ready)."""
+    def spawn_failure(self, user: str, name: str) -> str | None:
+        """What the spawn page says of a start that failed ("" if it got ready; None if the Hub
+        no longer knows the start: it failed and was cleared before the page asked)."""
         path = f"users/{user}/servers/{name}/progress" if name else f"users/{user}/server/progress"
         with self.walk.driver.hub.stream("GET", path) as response:
+            if response.status_code == 400 and b"is not starting" in response.read():
+                return None
             if response.status_code != 200:
                 return f"progress: {response.status_code} {response.read().decode()[:300]}"
             for line in response.iter_lines():

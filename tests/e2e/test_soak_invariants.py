@@ -304,3 +304,21 @@ def test_nothing_listed_is_lost_and_no_booking_goes_back():
     back = booking(2, 40, 60, state="upcoming", created=NOW.replace(minute=0, second=0))
     assert check(snapshot([booking(2, 0, 60)]), snapshot([back])) == [
         "booking 2 went from active to upcoming"]
+
+
+def test_a_server_start_is_decided_within_the_slack():
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20),
+                               start_slack=timedelta(seconds=60))
+
+    def at(seconds: int, pending: str | None = "spawn", facts=None) -> list[str]:
+        taken = snapshot([], servers={("ada", "gpu"): {"ready": False, "pending": pending}})
+        taken.now = NOW + timedelta(seconds=seconds)
+        return checker.check(taken, facts or WalkFacts())
+
+    assert at(0) == [] and at(60) == [] and checker.checks["server starts are decided"] == 2
+    assert at(61) == ["server ada/gpu still starting 0:01:01 after its start (allowed 0:01:00)"]
+    # a Hub restart in the meantime gives it that long again
+    restarted = WalkFacts(outages=[(NOW + timedelta(seconds=10), NOW + timedelta(seconds=40))])
+    assert at(61, facts=restarted) == []
+    # ready, or stopped, and a new start counts from its own beginning
+    assert at(62, pending=None) == [] and at(200) == [] and at(260) == []
