@@ -2,7 +2,8 @@
 service's 503), no change is half-written, and work resumes as soon as the database is back.
 
 PostgreSQL and MariaDB outages use a private server (``private_postgres.py``,
-``private_mariadb.py``) that the test stops and starts; SQLite's locked, read-only and full cases use SQLite's own errors on a real file.
+``private_mariadb.py``) that the test stops and starts; SQLite's locked, read-only and full
+cases use SQLite's own errors on a real file.
 """
 
 from __future__ import annotations
