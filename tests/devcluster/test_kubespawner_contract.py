@@ -77,6 +77,8 @@ def process_alive(pid: int) -> bool:
 
 @pytest.fixture
 async def kube_env(tmp_path, monkeypatch):
+    # reflectors other tests left behind point at their clusters (the spawner tests' at port 9)
+    await KubeSpawner._stop_all_reflectors()
     async with DevCluster(tmp_path / "state", [gpu_node("gpu-1", count=1)]) as cluster:
         kubeconfig_path = str(cluster.write_kubeconfig(tmp_path / "kubeconfig"))
         monkeypatch.setenv("KUBECONFIG", kubeconfig_path)
