@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from soak_capacity import wait_fits
 from soak_invariants import (
     Extension,
     InvariantChecker,
     Snapshot,
     WalkFacts,
     booked_hours,
-    wait_fits,
 )
 
 from jhub_gpubooking.core.timegrid import format_time
