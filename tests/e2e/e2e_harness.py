@@ -32,15 +32,16 @@ OUTPUT = REPO / "test-output"
 E2E_LOGS = OUTPUT / "e2e-logs" / Path(sys.prefix).name
 
 
-def start_demo(
+def _demo_on_free_ports(
     state_dir: Path,
     profile: str = "default",
     db_url: str | None = None,
     gated_namespaces: dict[str, str] | None = None,
     log_dir: Path | None = None,
 ) -> launch.Demo:
-    """The demo on free ports; ``profile="lifecycle"`` runs the lifecycle rules on a fast clock
-    (``"soak"``: the same, plus servers that outlive a Hub restart and no write rate limit);
+    """The demo, not started, on ports free right now; ``profile="lifecycle"`` runs the
+    lifecycle rules on a fast clock (``"soak"``: the same, plus servers that outlive a Hub
+    restart and no write rate limit);
     ``db_url`` puts the booking service on that database instead of the demo's SQLite file;
     ``gated_namespaces`` (namespace -> owner) are created in the cluster and gated by the
     service's admission webhook."""
@@ -69,7 +70,47 @@ def start_demo(
                if gated else {}),
         },
     )
-    return demo.start()
+    return demo
+
+
+#: how often the demo starts on new ports when one it was given was taken before it could bind
+PORT_ATTEMPTS = 3
+
+
+def start_demo(state_dir: Path, **options) -> launch.Demo:
+    """The demo started on free ports (the options of :func:`_demo_on_free_ports`).
+
+    A port is free when picked and bound by the process that needs it a moment later; another
+    test run on the machine (the dependency sets run side by side) may take it in between, and
+    the Hub's proxy then exits with EADDRINUSE. Then the demo starts again on new ports."""
+    options["log_dir"] = options.get("log_dir") or E2E_LOGS / state_dir.name
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        # a fresh state folder: the cluster's kubeconfig and CA of the failed start must go
+        fresh = state_dir if attempt == 1 else state_dir / f"attempt-{attempt}"
+        demo = _demo_on_free_ports(fresh, **options)
+        logs = _log_sizes(demo.log_dir)
+        try:
+            return demo.start()
+        except RuntimeError:
+            if attempt == PORT_ATTEMPTS or not _port_was_taken(demo.log_dir, logs):
+                raise
+            print(f"a port of the demo was taken meanwhile; starting again ({attempt})")
+    raise AssertionError("unreachable")
+
+
+def _log_sizes(log_dir: Path) -> dict[Path, int]:
+    return {log: log.stat().st_size for log in log_dir.glob("*.log")}
+
+
+def _port_was_taken(log_dir: Path, before: dict[Path, int]) -> bool:
+    """Whether a log written since ``before`` says a port was in use."""
+    for log in log_dir.glob("*.log"):
+        with open(log, "rb") as text:
+            text.seek(before.get(log, 0))
+            written = text.read().decode(errors="replace").lower()
+        if "eaddrinuse" in written or "address already in use" in written:
+            return True
+    return False
 
 
 @contextmanager
