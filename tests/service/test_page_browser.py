@@ -60,15 +60,21 @@ PAGE_POOLS = [
 
 
 class LocalWindows:
-    """Non-overlapping 2-hour windows from tomorrow 08:00 in the browser's zone, on the grid."""
+    """Non-overlapping 2-hour windows from tomorrow 08:00 in the browser's zone, on the grid.
+
+    "Tomorrow" is taken at the first window, when the tests run, not at import: collected
+    before midnight in the browser's zone and run after it, the first window fell on the page's
+    today, and its 3-day view then showed the day the zoom test expects to be out of view."""
 
     def __init__(self) -> None:
-        zone = ZoneInfo(BROWSER_ZONE)
-        tomorrow = datetime.now(zone).date() + timedelta(days=1)
-        self.day0 = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 8, tzinfo=zone)
+        self.day0: datetime | None = None
         self.counter = itertools.count()
 
     def next(self) -> tuple[datetime, datetime]:
+        if self.day0 is None:
+            zone = ZoneInfo(BROWSER_ZONE)
+            tomorrow = datetime.now(zone).date() + timedelta(days=1)
+            self.day0 = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 8, tzinfo=zone)
         start = self.day0 + timedelta(hours=3 * next(self.counter))
         return start, start + timedelta(hours=2)
 
