@@ -500,20 +500,26 @@ class Walk:
         self.log(f"restarting the booking service at step {self.result.steps}")
         down = now()
         self.facts.outages.append((down, None))
+        self.restart_service(answering=True)
+        self.facts.outages[-1] = (down, now())
+        return "restarted"
+
+    def restart_service(self, answering: bool) -> int:
+        """SIGTERM the service; the process id of the one the Hub starts again, once it runs
+        (and, with ``answering``, once it answers: a service restarted while its database is
+        down waits for the database first)."""
         old = self.driver.signal_service(signal.SIGTERM)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                if self.driver.service_pid() != old and self.driver.booking.get(
-                        "pools").status_code == 200:
-                    break
+                service = self.driver.service_pid()
+                if service != old and (
+                        not answering or self.driver.booking.get("pools").status_code == 200):
+                    return service
             except (AssertionError, httpx.HTTPError):
                 pass  # not started again yet
             time.sleep(0.5)
-        else:
-            raise SoakFailure("the Hub did not start the booking service again within 120 s")
-        self.facts.outages[-1] = (down, now())
-        return "restarted"
+        raise SoakFailure("the Hub did not start the booking service again within 120 s")
 
     def do_database_outage(self) -> str:
         return self.outages.outage()

@@ -17,7 +17,6 @@ their servers stopped, waits that fit are booked.
 from __future__ import annotations
 
 import json
-import signal
 import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Protocol
@@ -77,7 +76,7 @@ class DatabaseOutages:
         self.database.stop()
         try:
             met = self.what_users_meet()
-            service = self.restarted_service() if restart else walk.driver.service_pid()
+            service = walk.restart_service(answering=False) if restart else walk.driver.service_pid()
             if restart:
                 met.append("service restarted")
             time.sleep(max(0.0, seconds - (now() - down).total_seconds()))
@@ -89,22 +88,6 @@ class DatabaseOutages:
             raise SoakFailure("the booking service exited during the database outage (the Hub "
                               "started another); it should have waited the outage out")
         return ", ".join(met)
-
-    def restarted_service(self) -> int:
-        """SIGTERM the service; the process id of the one the Hub starts again, which finds
-        its database down."""
-        old = self.walk.driver.signal_service(signal.SIGTERM)
-        deadline = time.monotonic() + BACK_WITHIN_SECONDS
-        while time.monotonic() < deadline:
-            try:
-                service = self.walk.driver.service_pid()
-                if service != old:
-                    return service
-            except AssertionError:
-                pass  # not started again yet
-            time.sleep(0.2)
-        raise SoakFailure(f"the Hub did not start the booking service again within "
-                          f"{BACK_WITHIN_SECONDS} s")
 
     def what_users_meet(self) -> list[str]:
         walk = self.walk
