@@ -8,6 +8,7 @@ synchronous; the service runs it in an executor.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -539,19 +540,15 @@ class BookingStore:
     # -- configuration ----------------------------------------------------------------------
 
     def sync_pools(self) -> None:
-        """Upsert the configured pools; rows (and bookings) of removed pools are kept."""
+        """Upsert the configured pools; rows (and bookings) of removed pools are kept.
+
+        Only pools whose stored config differs are written: node discovery calls this on every
+        node change, and a written row is its pool's lock, which creates in the pool wait for."""
         for attempt in range(2):
             pools = self.pools
             try:
                 with self.unit_of_work() as work:
-                    session = work.session
-                    for pool in pools.values():
-                        row = session.get(PoolRow, pool.name)
-                        if row is None:
-                            row = PoolRow(name=pool.name)
-                            session.add(row)
-                        row.config = pool_config(pool)
-                        row.synced_at = self.stamp()
+                    self._write_pools(work, pools)
                 # committed: these rows exist from now on
                 self._synced_pools = self._synced_pools | frozenset(pools)
                 return
@@ -559,3 +556,20 @@ class BookingStore:
                 # another process inserted the same pool at the same moment: update instead
                 if attempt:
                     raise
+
+    def _write_pools(self, work: UnitOfWork, pools: Mapping[str, Pool]) -> None:
+        configs = {name: pool_config(pool) for name, pool in pools.items()}
+        stored = {row.name: row for row in work.session.scalars(
+            select(PoolRow).where(PoolRow.name.in_(sorted(configs))))}
+        # compared as the JSON column gives it back (a tuple comes back as a list)
+        changed = sorted(name for name, row in stored.items()
+                         if row.config != json.loads(json.dumps(configs[name])))
+        # Locked as placements lock, at once in name order: writing row after row in the pools'
+        # own order deadlocked (PostgreSQL, MariaDB) with a create that locks two pools.
+        work.lock_pools(changed)
+        stamp = self.stamp()
+        for name in changed:
+            stored[name].config = configs[name]
+            stored[name].synced_at = stamp
+        work.session.add_all(PoolRow(name=name, config=configs[name], synced_at=stamp)
+                             for name in sorted(set(configs) - set(stored)))

@@ -18,6 +18,7 @@ from jhub_gpubooking.core.errors import (
     PolicyViolation,
 )
 from jhub_gpubooking.core.model import BookingState, Placement, Pool
+from jhub_gpubooking.core.timegrid import as_utc
 from jhub_gpubooking.db import queries
 from jhub_gpubooking.db.convert import booking_from_row
 from jhub_gpubooking.db.feed_tokens import has_feed_token, new_feed_token, user_for_feed_token
@@ -411,6 +412,19 @@ def test_sync_pools_updates_changed_pool_config(make_store, engine):
             select(PoolRow.config).where(PoolRow.name == "a100")
         ).scalar_one()
     assert Pool.from_config(config) == grown
+
+
+def test_sync_pools_writes_only_changed_pools(make_store, engine, pools, clock):
+    """Node discovery syncs on every node change: an unchanged pool's row (its lock) is left
+    alone, so creates in it never queue behind a sync."""
+    make_store()
+    clock.advance(timedelta(hours=1))
+    grown = Pool(name="t4", nodes={"node-c": 4}, slices_per_gpu=4, backend="hami")
+    make_store(pools={**pools, "t4": grown})
+    with engine.connect() as connection:
+        synced = dict(connection.execute(select(PoolRow.name, PoolRow.synced_at)).all())
+    assert {name: as_utc(when) for name, when in synced.items()} == {
+        "a100": NOW.replace(microsecond=0), "t4": clock.now().replace(microsecond=0)}
 
 
 def test_placement_reads_only_bookings_overlapping_the_request(store, engine, monkeypatch):
