@@ -44,7 +44,7 @@ def session_factory(tmp_path):
 async def synced(tmp_path, session_factory):
     clock = ManualClock(NOW)
     store = BookingStore(session_factory, {}, clock=clock)
-    flags = BookingFlags(session_factory, clock)
+    flags = BookingFlags(store)
     seen_pools = []
     inventory = ClusterInventory(store, TEMPLATES, flags, on_pools=seen_pools.append)
     nodes = [gpu_node("a100-1", count=2), gpu_node("a100-2", count=2),
@@ -118,7 +118,7 @@ def test_configured_hami_pools_are_pinned_from_hamis_node_annotation(session_fac
     store = BookingStore(session_factory, {"lab": lab}, clock=clock)
     store.sync_pools()
     seen = []
-    inventory = ClusterInventory(store, {}, BookingFlags(session_factory, clock),
+    inventory = ClusterInventory(store, {}, BookingFlags(store),
                                  on_pools=seen.append, configured_uuids=True)
     annotated = gpu_node("a100-1", count=2, hami_splits=10)
     annotated["metadata"]["annotations"] = {

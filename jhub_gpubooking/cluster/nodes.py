@@ -186,7 +186,7 @@ class NodeInventory(LoggingConfigurable):
     ).tag(config=True)
 
     store = AnyTrait(help="The service's BookingStore; its pools are replaced on every change.")
-    flags = AnyTrait(help="The BookingFlags (on the service's session factory) to update.")
+    flags = AnyTrait(help="The BookingFlags (on the service's store) to update.")
     executor = AnyTrait(help="Executor the database work of every node change runs in.")
     connector = AnyTrait(help="ClusterAccess.connector: opens the Kubernetes API client.")
     on_pools = AnyTrait(help="Called with the new pools after every change.")

@@ -10,12 +10,15 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from ..core.clock import Clock
 from .models import BookingEventRow
+
+if TYPE_CHECKING:
+    from .store import BookingStore
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +41,8 @@ class BookingFlags:
     Events need no schema change and keep the full story in the booking's history.
     """
 
-    def __init__(self, session_factory: sessionmaker[Session], clock: Clock):
-        self._session_factory = session_factory
-        self._clock = clock
+    def __init__(self, store: BookingStore):
+        self.store = store
 
     @staticmethod
     def _current(session: Session) -> dict[int, Flag]:
@@ -58,13 +60,16 @@ class BookingFlags:
         return flags
 
     def current(self) -> dict[int, Flag]:
-        with self._session_factory.begin() as session:
+        with self.store.read_transaction() as session:
             return self._current(session)
 
     def update(self, reasons: Mapping[int, str], live_ids: set[int]) -> None:
         """Flag ``reasons`` (id → message); unflag live bookings that are no longer in it."""
-        at = self._clock.now().replace(microsecond=0)
-        with self._session_factory.begin() as session:
+        at = self.store.stamp()
+        # a write transaction, as every change of bookings is: on SQLite a plain one read the
+        # flags, then failed to write ("database is locked") when a booking was made meanwhile
+        with self.store.unit_of_work() as work:
+            session = work.session
             current = self._current(session)
             for booking_id, message in reasons.items():
                 if booking_id not in current or current[booking_id].message != message:

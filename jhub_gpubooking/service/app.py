@@ -516,7 +516,7 @@ class GPUBookingService(Application):
         self.opportunistic = Opportunistic(
             **common, lifecycle=self.lifecycle, metrics=self.metrics
         )
-        self.booking_flags = BookingFlags(self.session_factory, self.clock)
+        self.booking_flags = BookingFlags(self.store)
         self.inventory = NodeInventory(
             **common, flags=self.booking_flags, connector=self.cluster_access.connector,
             on_pools=self._use_pools,

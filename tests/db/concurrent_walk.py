@@ -30,8 +30,10 @@ from jhub_gpubooking.core.placement import overbooked_instants
 from jhub_gpubooking.core.recurrence import Occurrence
 from jhub_gpubooking.core.timegrid import floor_to_grid
 from jhub_gpubooking.core.waitlist import WaitState
-from jhub_gpubooking.db import series
+from jhub_gpubooking.db import claims, series
+from jhub_gpubooking.db.flags import BookingFlags
 from jhub_gpubooking.db.lifecycle import BookingLifecycle
+from jhub_gpubooking.db.opportunistic import OpportunisticBookings
 from jhub_gpubooking.db.start_early import EarlyStarts
 from jhub_gpubooking.db.store import BookingStore
 from jhub_gpubooking.db.waitlist import WaitStore
@@ -73,9 +75,11 @@ class WalkResult:
 
 
 class ConcurrentWalk:
-    """The threads of one walk on ``store`` (synced, with a ManualClock)."""
+    """The threads of one walk on ``store`` (synced, with a ManualClock); ``flags`` on the
+    same database, as node discovery sets them."""
 
-    def __init__(self, store: BookingStore, seed: int, actions: int, users: int = 4):
+    def __init__(self, store: BookingStore, flags: BookingFlags, seed: int, actions: int,
+                 users: int = 4):
         self.store = store
         self.clock = store.clock
         self.seed = seed
@@ -86,6 +90,8 @@ class ConcurrentWalk:
             warn_before=timedelta(minutes=10), no_show_after=timedelta(minutes=15),
             stopped_release_after=timedelta(minutes=15)))
         self.early = EarlyStarts(store, horizon=timedelta(hours=2))
+        self.grants = OpportunisticBookings(store, self.lifecycle)
+        self.flags = flags
         self.result = WalkResult()
         self.syncs = 0
         self._lock = threading.Lock()  # guards result and the clock's moves
@@ -148,11 +154,21 @@ class ConcurrentWalk:
         end = start + SLOT * chooser.randrange(1, 5)
         kind = chooser.choices(
             ["create", "end", "extend", "claim", "release", "wait", "withdraw", "series",
-             "start_early"],
-            weights=[8, 2, 2, 3, 1, 2, 1, 1, 1])[0]
+             "start_early", "grant", "pod_claim"],
+            weights=[8, 2, 2, 3, 1, 2, 1, 1, 1, 1, 1])[0]
         if kind == "create":
-            self._attempt(user, kind, lambda: store.create(
+            # the service books through create_preempting when grants are on: half the time
+            create = (self.grants.create_preempting if chooser.random() < 0.5
+                      else store.create)
+            self._attempt(user, kind, lambda: create(
                 user, pool, amount, start, end, groups=groups, actor=user))
+        elif kind == "grant":
+            self._attempt(user, kind, lambda: self.grants.grant(
+                user, pool, amount, 30, groups=groups, server=f"{user}/free"))
+        elif kind == "pod_claim":
+            # the admission webhook admitting a pod of the user's without a Hub server
+            self._attempt(user, kind, lambda: claims.claim_first(
+                store, user, pool, f"pod:{user}-{pool}", choose=list))
         elif kind == "end" and live:
             booking = chooser.choice(live)
             self._attempt(user, kind, lambda: store.cancel(booking.id, user))
@@ -226,6 +242,10 @@ class ConcurrentWalk:
             self.store.pools = {name: replace(pool, description=f"sync {self.syncs}")
                                 for name, pool in self.store.pools.items()}
             self._attempt(name, kind, self.store.sync_pools)
+            # and flags bookings whose GPUs it no longer sees (here: any few)
+            live = [b for b in self.store.list(start=now) if b.status == "booked"]
+            lost = {b.id: "walk: GPUs gone" for b in chooser.sample(live, min(3, len(live)))}
+            self._attempt(name, "flag", lambda: self.flags.update(lost, {b.id for b in live}))
         elif kind == "expire_claim":
             held = self.store.held_except_prefix("pod:")
             if held:

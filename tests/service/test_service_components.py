@@ -197,7 +197,7 @@ def test_the_service_opens_exactly_one_database_engine(tmp_path, monkeypatch):
     try:
         assert engines == [service.db_engine]
         # the flags of the inventory share the store's session factory, not a second one
-        assert service.booking_flags._session_factory is service.session_factory
+        assert service.booking_flags.store is service.store
         assert service.inventory.flags is service.booking_flags
     finally:
         service.executor.shutdown(wait=True)
