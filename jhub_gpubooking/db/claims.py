@@ -3,7 +3,7 @@
 
 Every server start claims, so the common start — the chosen booking nobody holds, or the one
 this server holds already — is one unit of work: the user's bookings active in the pool are read
-under the pool's lock (and locked themselves on servers with row locks), the caller's ``choose``
+under the pool's lock, the caller's ``choose``
 (the rule of :mod:`..core.choice`) orders them, and the first is bound, or returned as it is
 when this server holds it (a restart writes nothing). No separate read transaction, no ORM row
 loaded or flushed: Core statements built once.
@@ -29,14 +29,16 @@ if TYPE_CHECKING:
     from .store import BookingStore
 
 _bookings = BookingRow.__table__
-#: A user's bookings active at ``now`` in one pool, locked (no lock on SQLite, whose write
-#: transaction holds the whole database already), in the store's list order.
+#: A user's bookings active at ``now`` in one pool, in the store's list order. Read under the
+#: pool's lock, which every change of a booking takes first, so no row lock is needed. Locking
+#: them (FOR UPDATE) locked every entry of the user's index it scanned, bookings of other pools
+#: too: on MariaDB that deadlocked with an *End now* of one of those (its pool's lock and row
+#: held, the index entry wanted).
 ACTIVE_IN_POOL = (
     select(_bookings)
     .where(_bookings.c.user == bindparam("user"), _bookings.c.pool == bindparam("pool"),
            *state_filter(BookingState.ACTIVE, bindparam("now", type_=_bookings.c.start.type)))
     .order_by(_bookings.c.start, _bookings.c.id)
-    .with_for_update()
 )
 
 
