@@ -1,9 +1,10 @@
 """Every kind of write the service makes, at once, on one database: a seeded concurrent walk.
 
 The service runs its database work in a thread pool: users' requests (create, end now, extend,
-claim at a server's start, the waitlist, series, start early), the lifecycle tick (releases,
-warnings, the waitlist's serving), node discovery (``sync_pools``) and an admin's maintenance
-windows all share one :class:`BookingStore`. Single-path tests run them one after another;
+claim at a server's start, the waitlist, series, start early, grants), the admission webhook's
+pod claims, the lifecycle tick (releases, warnings, the waitlist's serving), node discovery
+(``sync_pools`` and booking flags) and an admin's maintenance windows all share one
+:class:`BookingStore`. Single-path tests run them one after another;
 here each kind has its own thread, seeded, for a fixed number of actions, while the clock moves
 on. A write that fails for anything but a refusal the user would be shown (a deadlock, a lock
 wait time-out, an integrity error) is recorded with what the thread was doing.
@@ -120,7 +121,16 @@ class ConcurrentWalk:
         chooser = random.Random(self.seed * 1000 + index)
         start.wait()
         for _ in range(self.actions):
-            step(name, chooser)
+            try:
+                step(name, chooser)
+            except Exception as error:  # a read choosing the action failed: recorded, not lost
+                self._failed(name, "choosing", error)
+
+    def _failed(self, thread: str, action: str, error: Exception) -> None:
+        with self._lock:
+            self.result.failures.append(Failure(
+                thread, action, f"{type(error).__name__}: {error}",
+                "".join(traceback.format_exception(error)[-6:])))
 
     def _attempt(self, thread: str, action: str, function: Callable[[], object]) -> object:
         try:
@@ -130,10 +140,7 @@ class ConcurrentWalk:
                 self.result.refused[action] += 1
             return None
         except Exception as error:  # anything else is a defect of the concurrent path
-            with self._lock:
-                self.result.failures.append(Failure(
-                    thread, action, f"{type(error).__name__}: {error}",
-                    "".join(traceback.format_exception(error)[-6:])))
+            self._failed(thread, action, error)
             return None
         with self._lock:
             self.result.done[action] += 1
