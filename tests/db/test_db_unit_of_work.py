@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from db_test_times import at
@@ -167,3 +169,28 @@ def test_the_creates_one_read_finds_what_the_two_reads_find(store, clock):
     assert sorted((b.user, b.start.hour) for b in others) == [("ada", 10), ("ada", 13)]
     assert sorted((b.user, b.start.hour) for b in bookings) == [("ada", 10), ("bob", 11)]
     assert [(w.pool, w.start.hour, w.reason) for w in windows] == [("t4", 11, "firmware")]
+
+
+#: The package's modules that may begin a transaction themselves, and why. Everything else
+#: writes through ``BookingStore.unit_of_work`` and reads through ``read_transaction``.
+OWN_TRANSACTIONS = {
+    "db/session.py": "defines the write transaction and the migrations' transaction",
+    "db/store.py": "defines unit_of_work and read_transaction",
+    "db/copy.py": "copies into a new database no service uses yet",
+    "db/locks.py": "the advisory locks, on a connection of their own",
+}
+BEGINS_A_TRANSACTION = re.compile(r"\.begin\(\)|engine\.connect\(\)|\bSession\(|session_factory\(\)")
+
+
+def test_every_database_write_goes_through_the_unit_of_work():
+    """A write in a plain (deferred) transaction fails on SQLite whenever another write commits
+    between its first read and its first write ("database is locked"): booking flags did, found
+    by the concurrent write walk. The unit of work begins SQLite's write at once (``BEGIN
+    IMMEDIATE``) and holds the pools' locks on the servers."""
+    package = Path(__file__).parents[2] / "jhub_gpubooking"
+    found = {
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "migrations" not in path.parts and BEGINS_A_TRANSACTION.search(path.read_text())
+    }
+    assert found <= set(OWN_TRANSACTIONS), sorted(found - set(OWN_TRANSACTIONS))
