@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 from jhub_gpubooking.core.errors import BookingError
 from jhub_gpubooking.core.lifecycle import ActionKind, LifecycleRules
-from jhub_gpubooking.core.model import BookingState, Pool
+from jhub_gpubooking.core.model import Booking, BookingState, Pool
 from jhub_gpubooking.core.placement import overbooked_instants
 from jhub_gpubooking.core.recurrence import Occurrence
 from jhub_gpubooking.core.timegrid import floor_to_grid
@@ -76,11 +76,9 @@ class WalkResult:
 
 
 class ConcurrentWalk:
-    """The threads of one walk on ``store`` (synced, with a ManualClock); ``flags`` on the
-    same database, as node discovery sets them."""
+    """The threads of one walk on ``store`` (synced, with a ManualClock)."""
 
-    def __init__(self, store: BookingStore, flags: BookingFlags, seed: int, actions: int,
-                 users: int = 4):
+    def __init__(self, store: BookingStore, seed: int, actions: int, users: int = 4):
         self.store = store
         self.clock = store.clock
         self.seed = seed
@@ -92,7 +90,7 @@ class ConcurrentWalk:
             stopped_release_after=timedelta(minutes=15)))
         self.early = EarlyStarts(store, horizon=timedelta(hours=2))
         self.grants = OpportunisticBookings(store, self.lifecycle)
-        self.flags = flags
+        self.flags = BookingFlags(store)  # as node discovery sets them
         self.result = WalkResult()
         self.syncs = 0
         self._lock = threading.Lock()  # guards result and the clock's moves
@@ -126,11 +124,15 @@ class ConcurrentWalk:
             except Exception as error:  # a read choosing the action failed: recorded, not lost
                 self._failed(name, "choosing", error)
 
-    def _failed(self, thread: str, action: str, error: Exception) -> None:
+    def _failed(self, thread: str, action: str, error: Exception | str) -> None:
+        """Record a failure: an exception with the end of its traceback, or what a check saw."""
+        if isinstance(error, Exception):
+            failure = Failure(thread, action, f"{type(error).__name__}: {error}",
+                              "".join(traceback.format_exception(error)[-6:]))
+        else:
+            failure = Failure(thread, action, error, "")
         with self._lock:
-            self.result.failures.append(Failure(
-                thread, action, f"{type(error).__name__}: {error}",
-                "".join(traceback.format_exception(error)[-6:])))
+            self.result.failures.append(failure)
 
     def _attempt(self, thread: str, action: str, function: Callable[[], object]) -> object:
         try:
@@ -151,13 +153,14 @@ class ConcurrentWalk:
     def _user_step(self, user: str, chooser: random.Random) -> None:
         groups = ("limited",) if user in ("user0", "user1") else ()
         store, now = self.store, self.clock.now()
-        mine = [b for b in store.list(user=user) if b.status == "booked"]
+        everything = store.list(user=user)
+        mine = [b for b in everything if b.status == "booked"]
         live = [b for b in mine if b.state(now) in (BookingState.UPCOMING, BookingState.ACTIVE)]
         active = [b for b in live if b.state(now) is BookingState.ACTIVE]
         upcoming = [b for b in live if b.state(now) is BookingState.UPCOMING]
         pool = chooser.choice(sorted(store.pools))
         amount = chooser.choice(AMOUNTS[pool])
-        start = floor_to_grid(now, 15) + SLOT * chooser.randrange(0, 6)
+        start = floor_to_grid(now, store.slot_minutes) + SLOT * chooser.randrange(0, 6)
         end = start + SLOT * chooser.randrange(1, 5)
         kind = chooser.choices(
             ["create", "end", "extend", "claim", "release", "wait", "withdraw", "series",
@@ -202,15 +205,15 @@ class ConcurrentWalk:
                 wait = chooser.choice(waiting)
                 self._attempt(user, kind, lambda: self.waits.withdraw(wait.id))
         elif kind == "series":
-            self._series(user, chooser, pool, amount, start, groups)
+            self._series(user, chooser, everything, pool, amount, start, groups)
         elif kind == "start_early" and upcoming:
             booking = chooser.choice(upcoming)
             self._attempt(user, kind, lambda: self.early.start_early(
                 booking.id, user, groups=groups))
 
-    def _series(self, user: str, chooser: random.Random, pool: str, amount: str,
-                start: datetime, groups: tuple[str, ...]) -> None:
-        mine = [s for s in {b.series_id for b in self.store.list(user=user)} if s is not None]
+    def _series(self, user: str, chooser: random.Random, bookings: list[Booking], pool: str,
+                amount: str, start: datetime, groups: tuple[str, ...]) -> None:
+        mine = [s for s in {b.series_id for b in bookings} if s is not None]
         if mine and chooser.random() < 0.5:
             series_id = chooser.choice(sorted(mine))
             self._attempt(user, "cancel_series",
@@ -230,8 +233,7 @@ class ConcurrentWalk:
             # one read, while the others write: what it sees must hold as it is
             over = over_capacity_from(self.store, now)
             if over:
-                with self._lock:
-                    self.result.failures.append(Failure(name, kind, "; ".join(over), ""))
+                self._failed(name, kind, "; ".join(over))
         elif kind == "tick":
             for action in self.lifecycle.due(now):
                 if action.kind is ActionKind.RELEASE:
@@ -269,7 +271,7 @@ class ConcurrentWalk:
         if kind == "add":
             pool = chooser.choice(sorted(store.pools))
             node = chooser.choice([None, *sorted(store.pools[pool].nodes)])
-            start = floor_to_grid(now, 15) + SLOT * chooser.randrange(1, 8)
+            start = floor_to_grid(now, store.slot_minutes) + SLOT * chooser.randrange(1, 8)
             self._attempt(name, "maintenance", lambda: store.add_maintenance(
                 pool, start, start + SLOT, node=node, reason="walk", actor=name))
         elif kind == "delete":

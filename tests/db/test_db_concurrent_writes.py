@@ -11,8 +11,6 @@ import os
 import pytest
 from concurrent_walk import LIMITED, ConcurrentWalk, check_invariants, walk_pools
 
-from jhub_gpubooking.db.flags import BookingFlags
-
 SEED = int(os.environ.get("WRITE_WALK_SEED", "1"))
 ACTIONS = int(os.environ.get("WRITE_WALK_ACTIONS", "60"))
 
@@ -22,10 +20,9 @@ def pools():
     return walk_pools()
 
 
-def test_concurrent_writes_of_every_kind_fail_only_as_refusals(make_store, engine):
+def test_concurrent_writes_of_every_kind_fail_only_as_refusals(make_store):
     store = make_store(group_policies=LIMITED)
-    flags = BookingFlags(store)
-    result = ConcurrentWalk(store, flags, SEED, ACTIONS).run()
+    result = ConcurrentWalk(store, SEED, ACTIONS).run()
     failures = "\n".join(str(failure) for failure in result.failures)
     assert not result.failures, f"seed {SEED}: {len(result.failures)} failed:\n{failures}"
     assert check_invariants(store, store.now()) == []
