@@ -67,19 +67,24 @@ export class PagedList {
   }
 
   /** Load the first page for these query parameters, forgetting earlier pages. */
-  async load(params) {
+  load(params) {
     this.params = params;
     this.items = [];
     this.cursor = null;
-    await this.more();
+    this.loading = this.more();
+    return this.loading;
   }
 
   /** Append the next page. */
   async more() {
+    const params = this.params;
     // the service's page_list_size, within the API's page maximum
-    const query = new URLSearchParams({ ...this.params, limit: String(config.listLimit) });
+    const query = new URLSearchParams({ ...params, limit: String(config.listLimit) });
     if (this.cursor) query.set("cursor", this.cursor);
     const answer = await api("GET", `${this.path}?${query}`);
+    // A newer load started while this page was on its way (a box ticked and unticked
+    // quickly): its answer alone fills the list; this caller renders once that one is in.
+    if (params !== this.params) return this.loading;
     this.items.push(...answer[this.key]);
     this.cursor = answer.next_cursor;
   }
