@@ -4,7 +4,7 @@
 // refusal messages as they are, next to the control that caused them.
 
 import {
-  $, ACTIVE_STATES, DAY_MS, HOUR_MS, PagedList, SLOT_MS, amountChoices, api, byStart, config, el,
+  $, ACTIVE_STATES, DAY_MS, HOUR_MS, NewestLoad, PagedList, SLOT_MS, amountChoices, api, byStart, config, el,
   floorSlot, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc, plural, snapInput,
   toLocalInput, toUtcIso,
 } from "./common.js";
@@ -18,6 +18,8 @@ const page = {
   mine: new PagedList("bookings", "bookings"),
   all: new PagedList("bookings", "bookings"),
   windows: new PagedList("maintenance", "windows"),
+  // the views loaded in one piece; see NewestLoad
+  loads: { timeline: new NewestLoad(), notices: new NewestLoad(), holders: new NewestLoad(), report: new NewestLoad() },
 };
 
 function showAlert(box, kind, message) {
@@ -67,11 +69,13 @@ function chooseStretch(pool, interval) {
 }
 
 async function loadTimeline() {
+  const isNewest = page.loads.timeline.begin();
   const start = floorSlot(Date.now());
   const range = { start, end: start + Number($("gb-range").value) * DAY_MS };
   const query = new URLSearchParams({ start: toUtcIso(range.start), end: toUtcIso(range.end) });
   const availabilities = await Promise.all(page.pools.map(
     (pool) => api("GET", `pools/${encodeURIComponent(pool.name)}/availability?${query}`)));
+  if (!isNewest()) return; // another range was chosen meanwhile
   renderTimeline($("gb-timeline"), {
     pools: page.pools, availabilities, myBookings: page.myBookings, range,
     detail: $("gb-timeline-detail"), onChoose: chooseStretch,
@@ -332,7 +336,9 @@ function wireFeed() {
 // ---------------------------------------------------------------- notices (end warnings, releases)
 
 async function loadNotices() {
+  const isNewest = page.loads.notices.begin();
   const { notices } = await api("GET", `users/${encodeURIComponent(config.user)}/notices`);
+  if (!isNewest()) return;
   $("gb-notices").replaceChildren(...notices.map((notice) => el("div", {
     class: `alert ${notice.kind === "ending_soon" ? "alert-warning" : "alert-info"}`,
     dataset: { kind: notice.kind, bookingId: notice.booking_id },
@@ -359,7 +365,9 @@ function simpleTable(caption, headings, rows) {
 }
 
 async function loadHolders() {
+  const isNewest = page.loads.holders.begin();
   const { holders, monitoring } = await api("GET", "admin/holders");
+  if (!isNewest()) return;
   // utilisation columns only when Prometheus is configured; a failed query shows "unknown"
   const monitored = monitoring && monitoring !== "off";
   const utilisation = (h) => h.gpu_utilisation === null ? "unknown" : `${h.gpu_utilisation} %`;
@@ -377,7 +385,9 @@ async function loadHolders() {
 async function loadReport() {
   const by = $("gb-report-by").value;
   $("gb-report-csv").href = `${config.apiUrl}admin/report?by=${by}&format=csv`;
+  const isNewest = page.loads.report.begin();
   const report = await api("GET", `admin/report?by=${by}`);
+  if (!isNewest()) return; // another grouping was chosen meanwhile
   const hours = (value) => value.toFixed(2);
   const line = (key, t) => [key, t.bookings, hours(t.booked_gpu_hours), hours(t.used_gpu_hours),
     hours(t.idle_gpu_hours), hours(t.released_gpu_hours), hours(t.no_show_gpu_hours), t.no_shows];

@@ -55,6 +55,21 @@ export async function api(method, path, body) {
   return payload;
 }
 
+// ---------------------------------------------------------------- loads that overlap
+
+/** The loads of one view can overlap (a box ticked and unticked quickly, the refreshes of two
+ * quick actions), and their answers may come back in any order. `begin()` before a load gives
+ * a check that stays true only while no later load of the view has begun: an answer that
+ * arrives after a newer load began is dropped instead of drawn over the newer one. */
+export class NewestLoad {
+  #begun = 0;
+
+  begin() {
+    const ticket = ++this.#begun;
+    return () => ticket === this.#begun;
+  }
+}
+
 // ---------------------------------------------------------------- paged lists
 
 /** A list the API pages (`limit` + `cursor`): the items loaded so far and the next cursor. */
@@ -64,6 +79,7 @@ export class PagedList {
     this.key = key;
     this.items = [];
     this.cursor = null;
+    this.loads = new NewestLoad();
   }
 
   /** Load the first page for these query parameters, forgetting earlier pages. */
@@ -71,20 +87,21 @@ export class PagedList {
     this.params = params;
     this.items = [];
     this.cursor = null;
+    this.isNewest = this.loads.begin();
     this.loading = this.more();
     return this.loading;
   }
 
   /** Append the next page. */
   async more() {
-    const params = this.params;
+    const isNewest = this.isNewest;
     // the service's page_list_size, within the API's page maximum
-    const query = new URLSearchParams({ ...params, limit: String(config.listLimit) });
+    const query = new URLSearchParams({ ...this.params, limit: String(config.listLimit) });
     if (this.cursor) query.set("cursor", this.cursor);
     const answer = await api("GET", `${this.path}?${query}`);
-    // A newer load started while this page was on its way (a box ticked and unticked
-    // quickly): its answer alone fills the list; this caller renders once that one is in.
-    if (params !== this.params) return this.loading;
+    // a newer load began while this page was on its way: its answer alone fills the list,
+    // and this caller renders once that one is in
+    if (!isNewest()) return this.loading;
     this.items.push(...answer[this.key]);
     this.cursor = answer.next_cursor;
   }

@@ -2,15 +2,18 @@
 // form, the "Repeat" choice of the form, and the series badge / "Cancel series" of a booking.
 // The rules stay in the API; this only shows its answers and refusals.
 
-import { $, api, config, el, formatTime, parseUtc } from "./common.js";
+import { $, NewestLoad, api, config, el, formatTime, parseUtc } from "./common.js";
 
 const hours = (value) => Number(value.toFixed(2)).toString();
+const budgetLoads = new NewestLoad();
 
 /** Show every budget the user books against, with what is left and when it refills. */
 export async function loadBudget() {
   const box = $("gb-budget");
   if (!box) return;
+  const isNewest = budgetLoads.begin();
   const { budgets, charge } = await api("GET", `users/${encodeURIComponent(config.user)}/budget`);
+  if (!isNewest()) return;
   if (!budgets.length) {
     box.replaceChildren();
     return;

@@ -3,9 +3,11 @@
 // this only shows its answers and refusals.
 
 import {
-  HOUR_MS, SLOT_MS, api, config, el, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc,
+  HOUR_MS, NewestLoad, SLOT_MS, api, config, el, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc,
   snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
+
+const waitLoads = new NewestLoad();
 
 /** What a wait asks for, in words: amount, pool and when. */
 function describe(wait, poolName, slicesOf) {
@@ -58,7 +60,9 @@ export function offerWaitlist(box, request, act) {
 export async function loadMyWaits(box, act, poolName, slicesOf) {
   const container = document.getElementById("gb-my-waits");
   if (!container) return;
+  const isNewest = waitLoads.begin();
   const { waits } = await api("GET", `waits?${new URLSearchParams({ user: config.user, state: "waiting" })}`);
+  if (!isNewest()) return;
   if (!waits.length) {
     container.replaceChildren();
     return;

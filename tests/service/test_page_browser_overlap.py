@@ -1,0 +1,107 @@
+"""Loads of one view that overlap, answered out of order: the page shows the newest load's
+answer, whatever arrives last (real Hub, Chromium).
+
+Each test holds the page's requests at the browser (``page.route``), lets the newer load's
+answers through first and the older one's after, as a slow answer to a quick second click
+would arrive. Without the page's ``NewestLoad`` checks, the older answer was drawn over the
+newer one: a booking listed twice, a timeline or a report of a choice no longer selected.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hub_harness import start_booking_hub
+from test_page_browser import (  # noqa: F401  (browser and context are fixtures)
+    PAGE_POOLS,
+    LocalWindows,
+    book_through_api,
+    browser,
+    context,
+    open_page,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+windows = LocalWindows()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    with start_booking_hub(tmp_path_factory.mktemp("overlap-hub"), pools=PAGE_POOLS) as running:
+        yield running
+
+
+class HeldRequests:
+    """The page's requests whose URL contains ``part``, held until the test lets them go."""
+
+    def __init__(self, page, part: str):
+        self.page = page
+        self.routes = []
+        page.route(lambda url: part in url, lambda route: self.routes.append(route))
+
+    def wait_for(self, count: int) -> None:
+        for _ in range(200):  # they reach the route within 10 s
+            if len(self.routes) >= count:
+                return
+            self.page.wait_for_timeout(50)
+        raise AssertionError(f"{len(self.routes)} of {count} requests came")
+
+    def release(self, routes) -> None:
+        for route in routes:
+            route.continue_()
+
+
+def test_a_late_answer_of_an_earlier_list_is_not_mixed_into_the_table(hub, context):
+    """Ticking and unticking "Show ended and cancelled" quickly loads the list twice."""
+    kept = book_through_api(hub, "ada", "a100", 1, *windows.next())["id"]
+    page = open_page(context, hub, "ada")
+    page.wait_for_selector(f'#gb-my-bookings tr[data-booking-id="{kept}"]')
+    held = HeldRequests(page, "/api/bookings?user=ada")
+    page.check("#gb-mine-show-past")
+    page.uncheck("#gb-mine-show-past")
+    held.wait_for(2)
+    past, upcoming = held.routes
+    held.release([upcoming])
+    page.wait_for_selector(f'#gb-my-bookings tr[data-booking-id="{kept}"]')
+    held.release([past])
+    page.wait_for_load_state("networkidle")
+    rows = page.locator("#gb-my-bookings tr[data-booking-id]").all()
+    assert [int(row.get_attribute("data-booking-id")) for row in rows] == [kept]
+
+
+def test_the_timeline_shows_the_range_chosen_last(hub, context):
+    page = open_page(context, hub, "ada")
+    assert page.input_value("#gb-range") == "7"
+    held = HeldRequests(page, "/availability?")
+    page.select_option("#gb-range", "1")
+    held.wait_for(len(PAGE_POOLS))
+    page.select_option("#gb-range", "7")
+    held.wait_for(2 * len(PAGE_POOLS))
+    one_day, seven_days = held.routes[: len(PAGE_POOLS)], held.routes[len(PAGE_POOLS) :]
+    page.eval_on_selector("#gb-timeline .gb-axis", "axis => axis.dataset.drawnBefore = 'yes'")
+    held.release(seven_days)
+    page.wait_for_selector("#gb-timeline .gb-axis:not([data-drawn-before])")
+    held.release(one_day)
+    page.wait_for_load_state("networkidle")
+    # seven days: a tick a day at midnight (one 24-hour view has a tick every 2 hours)
+    ticks = page.locator("#gb-timeline .gb-axis .gb-tick").all_inner_texts()
+    assert 6 <= len(ticks) <= 7 and not any(":" in tick for tick in ticks), ticks
+
+
+def test_the_usage_report_shows_the_grouping_chosen_last(hub, context):
+    page = open_page(context, hub, "admin")
+    page.wait_for_selector("#gb-report th")
+    held = HeldRequests(page, "/api/admin/report?by=")
+    page.select_option("#gb-report-by", "pool")
+    held.wait_for(1)
+    page.select_option("#gb-report-by", "group")
+    held.wait_for(2)
+    by_pool, by_group = held.routes
+    held.release([by_group])
+    page.wait_for_function(
+        "() => document.querySelector('#gb-report th')?.textContent === 'group'"
+    )
+    held.release([by_pool])
+    page.wait_for_load_state("networkidle")
+    assert page.locator("#gb-report th").first.inner_text() == "group"
+    assert page.get_attribute("#gb-report-csv", "href").endswith("by=group&format=csv")
