@@ -51,7 +51,7 @@ from soak_invariants import (  # noqa: E402
     WalkFacts,
     pod_booking_id,
 )
-from soak_outage import DatabaseOutages, StoppableDatabase  # noqa: E402
+from soak_outage import BACK_WITHIN_SECONDS, DatabaseOutages, StoppableDatabase  # noqa: E402
 from soak_pods import GATED, OutsidePods  # noqa: E402
 
 USERS = ("u0", "u1", "u2", "u3", "u4")
@@ -509,7 +509,7 @@ class Walk:
         (and, with ``answering``, once it answers: a service restarted while its database is
         down waits for the database first)."""
         old = self.driver.signal_service(signal.SIGTERM)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + BACK_WITHIN_SECONDS
         while time.monotonic() < deadline:
             try:
                 service = self.driver.service_pid()
@@ -519,7 +519,8 @@ class Walk:
             except (AssertionError, httpx.HTTPError):
                 pass  # not started again yet
             time.sleep(0.5)
-        raise SoakFailure("the Hub did not start the booking service again within 120 s")
+        raise SoakFailure(
+            f"the Hub did not start the booking service again within {BACK_WITHIN_SECONDS} s")
 
     def do_database_outage(self) -> str:
         return self.outages.outage()

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 #: how long the database stays down (seconds, drawn by the walk's seed): long enough that a
 #: lifecycle tick or two fail, sometimes across a booking's end on the one-minute grid
 OUTAGE_SECONDS = (3.0, 15.0)
-#: a safety net for a service that never answers again (no timing is asserted)
+#: a safety net for a service that never answers again, after an outage or a restart (no
+#: timing is asserted)
 BACK_WITHIN_SECONDS = 120
 
 
