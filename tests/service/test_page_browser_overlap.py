@@ -10,25 +10,19 @@ newer one: a booking listed twice, a timeline or a report of a choice no longer 
 from __future__ import annotations
 
 import pytest
-from hub_harness import start_booking_hub
-from test_page_browser import (  # noqa: F401  (browser and context are fixtures)
+from test_page_browser import (  # noqa: F401  (browser, context and hub are fixtures)
     PAGE_POOLS,
     LocalWindows,
     book_through_api,
     browser,
     context,
+    hub,
     open_page,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 windows = LocalWindows()
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    with start_booking_hub(tmp_path_factory.mktemp("overlap-hub"), pools=PAGE_POOLS) as running:
-        yield running
 
 
 class HeldRequests:
