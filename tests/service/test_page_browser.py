@@ -143,6 +143,26 @@ def csp_violations(context) -> list[str]:
     return violations
 
 
+class HeldRequests:
+    """The page's requests whose URL contains ``part``, held until the test lets them go."""
+
+    def __init__(self, page, part: str):
+        self.page = page
+        self.routes = []
+        page.route(lambda url: part in url, lambda route: self.routes.append(route))
+
+    def wait_for(self, count: int) -> None:
+        for _ in range(200):  # they reach the route within 10 s
+            if len(self.routes) >= count:
+                return
+            self.page.wait_for_timeout(50)
+        raise AssertionError(f"{len(self.routes)} of {count} requests came")
+
+    def release(self, routes) -> None:
+        for route in routes:
+            route.continue_()
+
+
 def api_bookings(hub: RunningHub, user: str) -> dict[int, dict]:
     response = hub.api(hub.user_token(user)).get("api/bookings", params={"user": user})
     assert response.status_code == 200, response.text

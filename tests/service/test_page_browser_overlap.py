@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from test_page_browser import (  # noqa: F401  (browser, context and hub are fixtures)
     PAGE_POOLS,
+    HeldRequests,
     LocalWindows,
     book_through_api,
     browser,
@@ -23,26 +24,6 @@ from test_page_browser import (  # noqa: F401  (browser, context and hub are fix
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 windows = LocalWindows()
-
-
-class HeldRequests:
-    """The page's requests whose URL contains ``part``, held until the test lets them go."""
-
-    def __init__(self, page, part: str):
-        self.page = page
-        self.routes = []
-        page.route(lambda url: part in url, lambda route: self.routes.append(route))
-
-    def wait_for(self, count: int) -> None:
-        for _ in range(200):  # they reach the route within 10 s
-            if len(self.routes) >= count:
-                return
-            self.page.wait_for_timeout(50)
-        raise AssertionError(f"{len(self.routes)} of {count} requests came")
-
-    def release(self, routes) -> None:
-        for route in routes:
-            route.continue_()
 
 
 def test_a_late_answer_of_an_earlier_list_is_not_mixed_into_the_table(hub, context):

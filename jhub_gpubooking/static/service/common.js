@@ -88,12 +88,24 @@ export class PagedList {
     this.items = [];
     this.cursor = null;
     this.isNewest = this.loads.begin();
+    this.next = null;
     this.loading = this.more();
     return this.loading;
   }
 
-  /** Append the next page. */
-  async more() {
+  /** Append the next page. A call while a page is on its way (a double click on "Show more")
+   * waits for that page instead of asking for the same page again. */
+  more() {
+    if (!this.next) {
+      const next = this.#appendNext().finally(() => {
+        if (this.next === next) this.next = null;
+      });
+      this.next = next;
+    }
+    return this.next;
+  }
+
+  async #appendNext() {
     const isNewest = this.isNewest;
     // the service's page_list_size, within the API's page maximum
     const query = new URLSearchParams({ ...this.params, limit: String(config.listLimit) });
