@@ -144,12 +144,20 @@ def csp_violations(context) -> list[str]:
 
 
 class HeldRequests:
-    """The page's requests whose URL contains ``part``, held until the test lets them go."""
+    """The page's requests whose URL contains ``part`` (and of ``method``, when given), held
+    until the test lets them go; the page's other requests pass."""
 
-    def __init__(self, page, part: str):
+    def __init__(self, page, part: str, method: str | None = None):
         self.page = page
         self.routes = []
-        page.route(lambda url: part in url, lambda route: self.routes.append(route))
+
+        def hold(route):
+            if method is None or route.request.method == method:
+                self.routes.append(route)
+            else:
+                route.continue_()
+
+        page.route(lambda url: part in url, hold)
 
     def wait_for(self, count: int) -> None:
         for _ in range(200):  # they reach the route within 10 s

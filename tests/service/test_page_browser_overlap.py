@@ -1,10 +1,14 @@
-"""Loads of one view that overlap, answered out of order: the page shows the newest load's
-answer, whatever arrives last (real Hub, Chromium).
+"""Quick second clicks (real Hub, Chromium).
 
-Each test holds the page's requests at the browser (``page.route``), lets the newer load's
-answers through first and the older one's after, as a slow answer to a quick second click
-would arrive. Without the page's ``NewestLoad`` checks, the older answer was drawn over the
-newer one: a booking listed twice, a timeline or a report of a choice no longer selected.
+Loads of one view that overlap, answered out of order: the page shows the newest load's
+answer, whatever arrives last. Each test holds the page's requests at the browser
+(``page.route``) and lets the newer load's answers through first, as a slow answer to a quick
+second click would arrive. Without the page's ``NewestLoad`` checks, the older answer was drawn
+over the newer one: a booking listed twice, a timeline or a report of a choice no longer
+selected.
+
+A double click on an action sends one request (``oneAtATime``): before, it made two
+maintenance windows, or two calendar links of which the page could show the revoked one.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from test_page_browser import (  # noqa: F401  (browser, context and hub are fix
     browser,
     context,
     hub,
+    local_input,
     open_page,
 )
 
@@ -80,3 +85,39 @@ def test_the_usage_report_shows_the_grouping_chosen_last(hub, context):
     page.wait_for_load_state("networkidle")
     assert page.locator("#gb-report th").first.inner_text() == "group"
     assert page.get_attribute("#gb-report-csv", "href").endswith("by=group&format=csv")
+
+
+def test_a_double_click_on_create_link_makes_one_calendar_link(hub, context):
+    page = open_page(context, hub, "carol")
+    page.wait_for_function(
+        "() => document.querySelector('#gb-feed-create').textContent === 'Create link'"
+    )
+    held = HeldRequests(page, "/feed-token", method="POST")
+    page.dblclick("#gb-feed-create")
+    page.wait_for_timeout(300)  # a second request, if the page sent one, reaches the route
+    assert len(held.routes) == 1
+    held.release(held.routes)
+    page.wait_for_function("() => document.querySelector('#gb-feed-url').value.includes('/feeds/')")
+    with hub.api() as anonymous:
+        assert anonymous.get(page.input_value("#gb-feed-url")).status_code == 200
+
+
+def test_a_double_click_on_create_makes_one_maintenance_window(hub, context):
+    start, end = windows.next()
+    page = open_page(context, hub, "admin")
+    page.select_option("#gb-mw-pool", "a100")
+    page.fill("#gb-mw-start", local_input(start))
+    page.fill("#gb-mw-end", local_input(end))
+    page.fill("#gb-mw-reason", "double click")
+    held = HeldRequests(page, "/api/maintenance", method="POST")
+    page.dblclick("#gb-mw-create")
+    page.wait_for_timeout(300)
+    assert len(held.routes) == 1
+    held.release(held.routes)
+    page.wait_for_function(
+        "() => document.querySelector('#gb-admin-feedback').textContent.includes('is created')"
+    )
+    listed = hub.api(hub.user_token("admin")).get("api/maintenance").json()["windows"]
+    assert [w["reason"] for w in listed].count("double click") == 1
+    # the form's button is enabled again once the page has refreshed
+    page.wait_for_function("() => !document.querySelector('#gb-mw-create').disabled")

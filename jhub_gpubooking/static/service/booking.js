@@ -5,8 +5,8 @@
 
 import {
   $, ACTIVE_STATES, DAY_MS, HOUR_MS, NewestLoad, PagedList, SLOT_MS, amountChoices, api, byStart, config, el,
-  floorSlot, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc, plural, snapInput,
-  toLocalInput, toUtcIso,
+  floorSlot, formatGpus, formatSpan, formatTime, fromLocalInput, oneAtATime, parseUtc, plural,
+  snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { cancelSeriesButton, loadBudget, seriesBadge, seriesChoice, wireRepeatChoice } from "./planning.js";
 import { renderTimeline } from "./timeline.js";
@@ -121,22 +121,20 @@ function offerNextFree(request, pool, error) {
   const holder = $("gb-next-free");
   const button = el("button", {
     type: "button", class: "btn btn-jupyter btn-outline-primary btn-sm", id: "gb-next-free-button",
-    onclick: async () => {
-      button.disabled = true;
+    onclick: oneAtATime(async () => {
       hideNextFree();
       const moved = { ...request, start: free.start, end: free.end };
       // taken meanwhile? the new refusal offers the next interval again
       const booking = await act($("gb-form-feedback"), () => api("POST", "bookings", moved),
         bookedMessage(pool), (again) => offerNextFree(moved, pool, again));
       if (booking) fillBookingForm(pool.name, parseUtc(booking.start), parseUtc(booking.end), booking.gpus);
-    },
+    }),
   }, `Book ${formatSpan(parseUtc(free.start), parseUtc(free.end))} instead`);
   holder.replaceChildren(button);
   holder.classList.remove("d-none");
 }
 
-async function submitBooking(event) {
-  event.preventDefault();
+async function submitBooking() {
   hideNextFree();
   hideWaitlistOffer();
   const box = $("gb-form-feedback");
@@ -148,14 +146,11 @@ async function submitBooking(event) {
   }
   const pool = page.poolsByName.get($("gb-pool").value);
   const gpus = Number($("gb-amount").value);
-  const button = $("gb-book-button");
-  button.disabled = true;
   const request = { pool: pool.name, gpus, start: toUtcIso(start), end: toUtcIso(end), note: $("gb-note").value };
   const series = seriesChoice();
   if (series) {
     await act(box, () => api("POST", "series", { ...request, ...series }),
       (created) => `Booked ${plural(created.bookings.length, "occurrence")} of series ${created.id}.`);
-    button.disabled = false;
     return;
   }
   await act(box, () => api("POST", "bookings", request), bookedMessage(pool), (error) => {
@@ -163,7 +158,6 @@ async function submitBooking(event) {
     // no capacity: the request may also wait for it (waitlist.js)
     if (error.status === 409) offerWaitlist(box, request, act);
   });
-  button.disabled = false;
 }
 
 // ---------------------------------------------------------------- booking tables
@@ -186,11 +180,11 @@ function bookingRow(booking, { showUser, cancelLabel, box }) {
     actions.append(el("button", {
       type: "button", class: "btn btn-sm btn-outline-danger",
       "aria-label": `${label} booking ${booking.id} (${span})`,
-      onclick: () => {
+      onclick: oneAtATime(async () => {
         if (!window.confirm(question)) return;
-        act(box, () => api("DELETE", `bookings/${booking.id}`),
+        await act(box, () => api("DELETE", `bookings/${booking.id}`),
           running ? `Booking ${booking.id} has ended.` : `Booking ${booking.id} is cancelled.`);
-      },
+      }),
     }, label));
     if (!showUser) actions.append(...extendControls(booking, box));
     if (!showUser && booking.series_id != null) actions.append(cancelSeriesButton(booking, box, act));
@@ -219,19 +213,18 @@ function extendControls(booking, box) {
   const plusSlot = el("button", {
     type: "button", class: "btn btn-sm btn-outline-secondary",
     "aria-label": `Extend booking ${booking.id} by ${config.slotMinutes} minutes`,
-    onclick: () => changeEnd(booking, end + SLOT_MS, box),
+    onclick: oneAtATime(() => changeEnd(booking, end + SLOT_MS, box)),
   }, `+${config.slotMinutes} min`);
   const input = el("input", {
     type: "datetime-local", class: "form-control form-control-sm", required: true,
     value: toLocalInput(end + HOUR_MS), id: `gb-new-end-${booking.id}`, onchange: snapInput,
   });
   const form = el("form", {
-    onsubmit: (event) => {
-      event.preventDefault();
+    onsubmit: oneAtATime(async () => {
       const newEnd = fromLocalInput(input);
       if (newEnd === null) showAlert(box, "danger", "Choose the new end time.");
-      else changeEnd(booking, newEnd, box);
-    },
+      else await changeEnd(booking, newEnd, box);
+    }),
   }, el("label", { class: "visually-hidden", for: input.id }, `New end of booking ${booking.id}`), input,
   el("button", { type: "submit", class: "btn btn-sm btn-primary" }, "Save"));
   return [plusSlot, el("details", {}, el("summary", { class: "btn btn-sm btn-outline-secondary" }, "New end…"), form)];
@@ -317,7 +310,7 @@ function wireFeed() {
       status.textContent = "Copying is blocked here; the link is selected, copy it with Ctrl+C.";
     }
   });
-  $("gb-feed-create").addEventListener("click", async () => {
+  $("gb-feed-create").addEventListener("click", oneAtATime(async () => {
     const reset = feed.exists;
     if (reset && !window.confirm("Reset the calendar link? Calendars subscribed to the old link stop updating.")) return;
     try {
@@ -330,7 +323,7 @@ function wireFeed() {
     } catch (error) {
       status.textContent = error.message;
     }
-  });
+  }));
 }
 
 // ---------------------------------------------------------------- notices (end warnings, releases)
@@ -350,8 +343,8 @@ function startEarlyButton(notice) {
   return el("button", {
     type: "button", class: "btn btn-sm btn-primary ms-2",
     "aria-label": `Start booking ${notice.booking_id} now`,
-    onclick: () => act($("gb-mine-feedback"), () => api("POST", `bookings/${notice.booking_id}/start-early`),
-      (moved) => `Booking ${moved.id} now runs ${formatSpan(parseUtc(moved.start), parseUtc(moved.end))}.`),
+    onclick: oneAtATime(() => act($("gb-mine-feedback"), () => api("POST", `bookings/${notice.booking_id}/start-early`),
+      (moved) => `Booking ${moved.id} now runs ${formatSpan(parseUtc(moved.start), parseUtc(moved.end))}.`)),
   }, "Start now");
 }
 
@@ -433,8 +426,8 @@ function renderMaintenanceTable(windows) {
     el("td", {}, el("button", {
       type: "button", class: "btn btn-sm btn-outline-danger",
       "aria-label": `Delete maintenance window ${block.id}`,
-      onclick: () => act($("gb-admin-feedback"), () => api("DELETE", `maintenance/${block.id}`),
-        `Maintenance window ${block.id} is deleted.`),
+      onclick: oneAtATime(() => act($("gb-admin-feedback"), () => api("DELETE", `maintenance/${block.id}`),
+        `Maintenance window ${block.id} is deleted.`)),
     }, "Delete"))));
   container.replaceChildren(el("table", { class: "table table-sm gb-table" },
     el("caption", { class: "visually-hidden" }, "Maintenance windows"),
@@ -448,8 +441,7 @@ function fillNodes() {
     ...Object.keys(pool.nodes).map((node) => el("option", { value: node }, node)));
 }
 
-async function submitMaintenance(event) {
-  event.preventDefault();
+async function submitMaintenance() {
   const box = $("gb-admin-feedback");
   const start = fromLocalInput($("gb-mw-start"));
   const end = fromLocalInput($("gb-mw-end"));
@@ -517,7 +509,7 @@ async function start() {
   const firstStart = floorSlot(Date.now());
   fillBookingForm(page.pools[0].name, firstStart, firstStart + HOUR_MS, 1);
   for (const id of ["gb-start", "gb-end", "gb-mw-start", "gb-mw-end"]) $(id)?.addEventListener("change", snapInput);
-  $("gb-booking-form").addEventListener("submit", submitBooking);
+  $("gb-booking-form").addEventListener("submit", oneAtATime(submitBooking));
   wireRepeatChoice();
   fillRangeChoices();
   $("gb-mine-show-past").addEventListener("change", () => loadMyBookings().then(renderMyBookings).catch(showLoadError));
@@ -528,7 +520,7 @@ async function start() {
     fillNodes();
     $("gb-mw-start").value = toLocalInput(firstStart);
     $("gb-mw-end").value = toLocalInput(firstStart + 2 * HOUR_MS);
-    $("gb-maintenance-form").addEventListener("submit", submitMaintenance);
+    $("gb-maintenance-form").addEventListener("submit", oneAtATime(submitMaintenance));
     $("gb-all-show-past").addEventListener("change", loadAdmin);
     $("gb-report-by").addEventListener("change", loadReport);
   }

@@ -70,6 +70,28 @@ export class NewestLoad {
   }
 }
 
+/** An event handler that runs its action one at a time: the clicked button (or the submit
+ * button of a submitted form, which never submits natively: the action calls the API) stays
+ * disabled until the action settles. A double click then
+ * sends one request, not two, whose second answer would replace the first: a refusal such as
+ * "already withdrawn" shown over a success, a second maintenance window, a second calendar
+ * link that revokes the one shown. */
+export function oneAtATime(action) {
+  return async (event) => {
+    const target = event.currentTarget;
+    const isForm = target instanceof HTMLFormElement;
+    if (isForm) event.preventDefault();
+    const button = isForm ? event.submitter ?? target.querySelector('[type="submit"]') : target;
+    if (button.disabled) return;
+    button.disabled = true;
+    try {
+      await action(event);
+    } finally {
+      button.disabled = false;
+    }
+  };
+}
+
 // ---------------------------------------------------------------- paged lists
 
 /** A list the API pages (`limit` + `cursor`): the items loaded so far and the next cursor. */

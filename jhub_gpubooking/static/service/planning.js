@@ -2,7 +2,7 @@
 // form, the "Repeat" choice of the form, and the series badge / "Cancel series" of a booking.
 // The rules stay in the API; this only shows its answers and refusals.
 
-import { $, NewestLoad, api, config, el, formatTime, parseUtc } from "./common.js";
+import { $, NewestLoad, api, config, el, formatTime, oneAtATime, parseUtc } from "./common.js";
 
 const hours = (value) => Number(value.toFixed(2)).toString();
 const budgetLoads = new NewestLoad();
@@ -57,9 +57,9 @@ export function cancelSeriesButton(booking, box, act) {
   return el("button", {
     type: "button", class: "btn btn-sm btn-outline-danger",
     "aria-label": `Cancel series ${booking.series_id}`,
-    onclick: () => {
+    onclick: oneAtATime(async () => {
       if (!window.confirm(`Cancel every upcoming booking of series ${booking.series_id}?`)) return;
-      act(box, () => api("DELETE", `series/${booking.series_id}`), `Series ${booking.series_id} is cancelled.`);
-    },
+      await act(box, () => api("DELETE", `series/${booking.series_id}`), `Series ${booking.series_id} is cancelled.`);
+    }),
   }, "Cancel series");
 }

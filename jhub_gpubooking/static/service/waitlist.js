@@ -4,7 +4,7 @@
 
 import {
   HOUR_MS, NewestLoad, SLOT_MS, api, config, el, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc,
-  snapInput, toLocalInput, toUtcIso,
+  oneAtATime, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 
 const waitLoads = new NewestLoad();
@@ -76,7 +76,7 @@ export async function loadMyWaits(box, act, poolName, slicesOf) {
     el("button", {
       type: "button", class: "btn btn-sm btn-outline-danger",
       "aria-label": `Withdraw wait ${wait.id}`,
-      onclick: () => act(box, () => api("DELETE", `waits/${wait.id}`), `Wait ${wait.id} is withdrawn.`),
+      onclick: oneAtATime(() => act(box, () => api("DELETE", `waits/${wait.id}`), `Wait ${wait.id} is withdrawn.`)),
     }, "Withdraw")))),
   );
 }
