@@ -24,6 +24,7 @@ from test_page_browser import (  # noqa: F401  (browser, context and hub are fix
     hub,
     local_input,
     open_page,
+    utc,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -100,6 +101,26 @@ def test_a_double_click_on_create_link_makes_one_calendar_link(hub, context):
     page.wait_for_function("() => document.querySelector('#gb-feed-url').value.includes('/feeds/')")
     with hub.api() as anonymous:
         assert anonymous.get(page.input_value("#gb-feed-url")).status_code == 200
+
+
+def test_a_double_click_on_withdraw_withdraws_once_and_says_so(hub, context):
+    start, end = windows.next()
+    for _ in range(2):  # both a100 nodes taken
+        book_through_api(hub, "bob", "a100", 2, start, end)
+    body = {"pool": "a100", "gpus": 1, "start": utc(start), "end": utc(end)}
+    wait = hub.api(hub.user_token("carol")).post("api/waits", json=body).json()
+    assert wait["state"] == "waiting", wait
+    page = open_page(context, hub, "carol")
+    withdraw = page.get_by_role("button", name=f"Withdraw wait {wait['id']}")
+    held = HeldRequests(page, f"/api/waits/{wait['id']}", method="DELETE")
+    withdraw.dblclick()
+    page.wait_for_timeout(300)  # a second request, if the page sent one, reaches the route
+    assert len(held.routes) == 1
+    held.release(held.routes)
+    page.locator("#gb-my-waits li").first.wait_for(state="detached")
+    page.wait_for_load_state("networkidle")
+    # the success stays: no second request's "can no longer be withdrawn" over it
+    assert page.locator("#gb-mine-feedback").inner_text() == f"Wait {wait['id']} is withdrawn."
 
 
 def test_a_double_click_on_create_makes_one_maintenance_window(hub, context):
