@@ -72,10 +72,9 @@ export class NewestLoad {
 
 /** An event handler that runs its action one at a time: the clicked button (or the submit
  * button of a submitted form, which never submits natively: the action calls the API) stays
- * disabled until the action settles. A double click then
- * sends one request, not two, whose second answer would replace the first: a refusal such as
- * "already withdrawn" shown over a success, a second maintenance window, a second calendar
- * link that revokes the one shown. */
+ * disabled until the action settles. A double click then sends one request, not two, whose
+ * second answer would replace the first: a refusal such as "already withdrawn" shown over a
+ * success, a second maintenance window, a second calendar link that revokes the one shown. */
 export function oneAtATime(action) {
   return async (event) => {
     const target = event.currentTarget;
@@ -111,8 +110,7 @@ export class PagedList {
     this.cursor = null;
     this.isNewest = this.loads.begin();
     this.next = null;
-    this.loading = this.more();
-    return this.loading;
+    return this.more();
   }
 
   /** Append the next page. A call while a page is on its way (a double click on "Show more")
@@ -133,9 +131,9 @@ export class PagedList {
     const query = new URLSearchParams({ ...this.params, limit: String(config.listLimit) });
     if (this.cursor) query.set("cursor", this.cursor);
     const answer = await api("GET", `${this.path}?${query}`);
-    // a newer load began while this page was on its way: its answer alone fills the list,
-    // and this caller renders once that one is in
-    if (!isNewest()) return this.loading;
+    // a newer load began while this page was on its way: its answers alone fill the list,
+    // and this caller renders once the page now on its way (if any) is in
+    if (!isNewest()) return this.next;
     this.items.push(...answer[this.key]);
     this.cursor = answer.next_cursor;
   }
