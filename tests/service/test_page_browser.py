@@ -170,6 +170,20 @@ class HeldRequests:
         for route in routes:
             route.continue_()
 
+    def count_after_a_pause(self) -> int:
+        """How many are held once a second request, had the page sent one, has reached the
+        route (a double click's two requests leave within milliseconds)."""
+        self.page.wait_for_timeout(300)
+        return len(self.routes)
+
+
+def booking_rows(page, table: str) -> list[int]:
+    """The booking ids of the table with id ``table``, in the order shown."""
+    return [
+        int(row.get_attribute("data-booking-id"))
+        for row in page.locator(f"#{table} tr[data-booking-id]").all()
+    ]
+
 
 def api_bookings(hub: RunningHub, user: str) -> dict[int, dict]:
     response = hub.api(hub.user_token(user)).get("api/bookings", params={"user": user})

@@ -19,6 +19,7 @@ from test_page_browser import (  # noqa: F401  (browser, context and hub are fix
     HeldRequests,
     LocalWindows,
     book_through_api,
+    booking_rows,
     browser,
     context,
     hub,
@@ -46,8 +47,7 @@ def test_a_late_answer_of_an_earlier_list_is_not_mixed_into_the_table(hub, conte
     page.wait_for_selector(f'#gb-my-bookings tr[data-booking-id="{kept}"]')
     held.release([past])
     page.wait_for_load_state("networkidle")
-    rows = page.locator("#gb-my-bookings tr[data-booking-id]").all()
-    assert [int(row.get_attribute("data-booking-id")) for row in rows] == [kept]
+    assert booking_rows(page, "gb-my-bookings") == [kept]
 
 
 def test_the_timeline_shows_the_range_chosen_last(hub, context):
@@ -95,8 +95,7 @@ def test_a_double_click_on_create_link_makes_one_calendar_link(hub, context):
     )
     held = HeldRequests(page, "/feed-token", method="POST")
     page.dblclick("#gb-feed-create")
-    page.wait_for_timeout(300)  # a second request, if the page sent one, reaches the route
-    assert len(held.routes) == 1
+    assert held.count_after_a_pause() == 1
     held.release(held.routes)
     page.wait_for_function("() => document.querySelector('#gb-feed-url').value.includes('/feeds/')")
     with hub.api() as anonymous:
@@ -114,8 +113,7 @@ def test_a_double_click_on_withdraw_withdraws_once_and_says_so(hub, context):
     withdraw = page.get_by_role("button", name=f"Withdraw wait {wait['id']}")
     held = HeldRequests(page, f"/api/waits/{wait['id']}", method="DELETE")
     withdraw.dblclick()
-    page.wait_for_timeout(300)  # a second request, if the page sent one, reaches the route
-    assert len(held.routes) == 1
+    assert held.count_after_a_pause() == 1
     held.release(held.routes)
     page.locator("#gb-my-waits li").first.wait_for(state="detached")
     page.wait_for_load_state("networkidle")
@@ -132,8 +130,7 @@ def test_a_double_click_on_create_makes_one_maintenance_window(hub, context):
     page.fill("#gb-mw-reason", "double click")
     held = HeldRequests(page, "/api/maintenance", method="POST")
     page.dblclick("#gb-mw-create")
-    page.wait_for_timeout(300)
-    assert len(held.routes) == 1
+    assert held.count_after_a_pause() == 1
     held.release(held.routes)
     page.wait_for_function(
         "() => document.querySelector('#gb-admin-feedback').textContent.includes('is created')"
