@@ -1,216 +1,43 @@
 """The reservation page in a real browser (Debian's Chromium through Playwright) on a real Hub.
 
-The browser runs in Europe/Berlin so the page's conversion between local inputs and the API's
-UTC times is exercised; each test books in its own window, so tests sharing the Hub never
-compete for capacity. Screenshots go to ``test-output/screenshots/`` for the docs.
-
-The page's Content-Security-Policy forbids eval, so ``wait_for_function`` gets functions
-(``"() => …"``): Playwright evals plain expression strings inside the page.
+Each test books in its own window, so tests sharing the Hub never compete for capacity (helpers
+and the browser's zone: page_browser.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import re
-import shutil
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from hub_harness import RunningHub, start_booking_hub
-
-from jhub_gpubooking.core.timegrid import format_time
+from hub_harness import start_booking_hub
+from page_browser import (
+    BROWSER_ZONE,
+    PAGE_POOLS,
+    LocalWindows,
+    api_bookings,
+    book_through_api,
+    csp_violations,
+    fill_booking_form,
+    local_input,
+    open_page,
+    screenshot,
+    utc,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-BROWSER_ZONE = "Europe/Berlin"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
-
-PAGE_POOLS = [
-    {
-        "name": "a100",
-        "display_name": "A100 80GB",
-        "gpu_model": "NVIDIA A100",
-        "gpu_memory_mib": 81920,
-        "nodes": {"node-a": 2, "node-b": 2},
-    },
-    {
-        "name": "shared",
-        "display_name": "L40S shared",
-        "gpu_model": "NVIDIA L40S",
-        "gpu_memory_mib": 46068,
-        "backend": "hami",
-        "slices_per_gpu": 4,
-        "nodes": {"node-s": 1},
-    },
-]
-
-
-class LocalWindows:
-    """Non-overlapping 2-hour windows from tomorrow 08:00 in the browser's zone, on the grid.
-
-    "Tomorrow" is taken at the first window, when the tests run, not at import: collected
-    before midnight in the browser's zone and run after it, the first window fell on the page's
-    today, and its 3-day view then showed the day the zoom test expects to be out of view."""
-
-    def __init__(self) -> None:
-        self.day0: datetime | None = None
-        self.counter = itertools.count()
-
-    def next(self) -> tuple[datetime, datetime]:
-        if self.day0 is None:
-            zone = ZoneInfo(BROWSER_ZONE)
-            tomorrow = datetime.now(zone).date() + timedelta(days=1)
-            self.day0 = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 8, tzinfo=zone)
-        start = self.day0 + timedelta(hours=3 * next(self.counter))
-        return start, start + timedelta(hours=2)
-
-
 windows = LocalWindows()
-
-
-def local_input(when: datetime) -> str:
-    """The value a datetime-local input shows for ``when`` in the browser's zone."""
-    return when.astimezone(ZoneInfo(BROWSER_ZONE)).strftime("%Y-%m-%dT%H:%M")
-
-
-def utc(when: datetime) -> str:
-    return format_time(when.astimezone(timezone.utc))
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     with start_booking_hub(tmp_path_factory.mktemp("page-hub"), pools=PAGE_POOLS) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not shutil.which(CHROMIUM):
-        reason = f"Chromium is not installed at {CHROMIUM}"
-        print(reason)
-        pytest.skip(reason)
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def context(browser):
-    context = browser.new_context(
-        timezone_id=BROWSER_ZONE, locale="en-GB", viewport={"width": 1280, "height": 900}
-    )
-    yield context
-    context.close()
-
-
-def open_page(context, hub: RunningHub, user: str):
-    """Log in at the Hub's own login form and land on the reservation page (via Hub OAuth)."""
-    page = context.new_page()
-    page.on("dialog", lambda dialog: dialog.accept())
-    page.goto(f"{hub.public_url}{hub.hub_prefix}login?next={hub.service_prefix}")
-    page.fill("#username_input", user)
-    page.fill("#password_input", "correct-horse-battery")
-    page.click("#login_submit")
-    page.wait_for_url(hub.service_url)
-    page.wait_for_selector(".gb-pool-row[data-pool] .gb-seg")
-    return page
-
-
-def csp_violations(context) -> list[str]:
-    """The console messages of every page of ``context`` that report a CSP violation (filled live)."""
-    violations: list[str] = []
-    context.on(
-        "console",
-        lambda message: violations.append(message.text)
-        if "Content Security Policy" in message.text
-        else None,
-    )
-    return violations
-
-
-class HeldRequests:
-    """The page's requests whose URL contains ``part`` (and of ``method``, when given), held
-    until the test lets them go; the page's other requests pass."""
-
-    def __init__(self, page, part: str, method: str | None = None):
-        self.page = page
-        self.routes = []
-
-        def hold(route):
-            if method is None or route.request.method == method:
-                self.routes.append(route)
-            else:
-                route.continue_()
-
-        page.route(lambda url: part in url, hold)
-
-    def wait_for(self, count: int) -> None:
-        for _ in range(200):  # they reach the route within 10 s
-            if len(self.routes) >= count:
-                return
-            self.page.wait_for_timeout(50)
-        raise AssertionError(f"{len(self.routes)} of {count} requests came")
-
-    def release(self, routes) -> None:
-        for route in routes:
-            route.continue_()
-
-    def count_after_a_pause(self) -> int:
-        """How many are held once a second request, had the page sent one, has reached the
-        route (a double click's two requests leave within milliseconds)."""
-        self.page.wait_for_timeout(300)
-        return len(self.routes)
-
-
-def booking_rows(page, table: str) -> list[int]:
-    """The booking ids of the table with id ``table``, in the order shown."""
-    return [
-        int(row.get_attribute("data-booking-id"))
-        for row in page.locator(f"#{table} tr[data-booking-id]").all()
-    ]
-
-
-def api_bookings(hub: RunningHub, user: str) -> dict[int, dict]:
-    response = hub.api(hub.user_token(user)).get("api/bookings", params={"user": user})
-    assert response.status_code == 200, response.text
-    return {booking["id"]: booking for booking in response.json()["bookings"]}
-
-
-def book_through_api(
-    hub: RunningHub, user: str, pool: str, gpus, start: datetime, end: datetime
-) -> dict:
-    body = {"pool": pool, "gpus": gpus, "start": utc(start), "end": utc(end)}
-    response = hub.api(hub.user_token(user)).post("api/bookings", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def fill_booking_form(page, pool: str, amount_label: str, start: datetime, end: datetime, note=""):
-    page.select_option("#gb-pool", pool)
-    page.select_option("#gb-amount", label=amount_label)
-    page.fill("#gb-start", local_input(start))
-    page.fill("#gb-end", local_input(end))
-    page.fill("#gb-note", note)
-
-
-def screenshot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def test_user_books_a_share_and_sees_it_on_the_timeline_and_in_my_bookings(hub, context):

@@ -14,15 +14,13 @@ maintenance windows, or two calendar links of which the page could show the revo
 from __future__ import annotations
 
 import pytest
-from test_page_browser import (  # noqa: F401  (browser, context and hub are fixtures)
+from hub_harness import start_booking_hub
+from page_browser import (
     PAGE_POOLS,
     HeldRequests,
     LocalWindows,
     book_through_api,
     booking_rows,
-    browser,
-    context,
-    hub,
     local_input,
     open_page,
     utc,
@@ -31,6 +29,12 @@ from test_page_browser import (  # noqa: F401  (browser, context and hub are fix
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 windows = LocalWindows()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    with start_booking_hub(tmp_path_factory.mktemp("overlap-hub"), pools=PAGE_POOLS) as running:
+        yield running
 
 
 def test_a_late_answer_of_an_earlier_list_is_not_mixed_into_the_table(hub, context):

@@ -11,14 +11,12 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from hub_harness import start_booking_hub
-from test_page_browser import (  # noqa: F401  (browser and context are fixtures)
+from page_browser import (
     PAGE_POOLS,
     HeldRequests,
     LocalWindows,
     book_through_api,
     booking_rows,
-    browser,
-    context,
     csp_violations,
     open_page,
 )

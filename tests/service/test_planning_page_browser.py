@@ -1,21 +1,21 @@
 """The reservation page's budget box, "Repeat" choice and series controls, in Chromium on a
-real Hub (fixtures and helpers shared with test_page_browser)."""
+real Hub (helpers in page_browser.py)."""
 
 from __future__ import annotations
 
 import pytest
 from hub_harness import start_booking_hub
-from test_page_browser import (  # noqa: F401  (fixtures)
+from page_browser import (
     PAGE_POOLS,
+    LocalWindows,
     api_bookings,
-    browser,
-    context,
     fill_booking_form,
     open_page,
-    windows,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+windows = LocalWindows()
 
 BUDGET_CONFIG = """
 c.Budgets.group_budgets = {"students": {"gpu_hours": 40, "period": "month"}}
