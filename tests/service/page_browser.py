@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from hub_harness import RunningHub
+from hub_harness import RunningHub, start_booking_hub
 
 from jhub_gpubooking.core.timegrid import format_time
 
@@ -49,6 +49,17 @@ PAGE_POOLS = [
         "nodes": {"node-s": 1},
     },
 ]
+
+
+# The page's own refresh would send requests these tests count or hold; the tests of the refresh
+# (test_page_browser_refresh.py) turn it on.
+NO_REFRESH = "c.ReservationPage.page_refresh_seconds = 0\n"
+
+
+def start_page_hub(directory: Path, extra_service_config: str = "", refresh: bool = False):
+    """A Hub with the booking service of ``PAGE_POOLS`` (a context manager, see hub_harness)."""
+    extra = extra_service_config + ("" if refresh else NO_REFRESH)
+    return start_booking_hub(directory, pools=PAGE_POOLS, extra_service_config=extra)
 
 
 class LocalWindows:

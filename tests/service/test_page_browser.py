@@ -12,10 +12,8 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from hub_harness import start_booking_hub
 from page_browser import (
     BROWSER_ZONE,
-    PAGE_POOLS,
     LocalWindows,
     api_bookings,
     book_through_api,
@@ -24,6 +22,7 @@ from page_browser import (
     local_input,
     open_page,
     screenshot,
+    start_page_hub,
     utc,
 )
 
@@ -36,7 +35,7 @@ windows = LocalWindows()
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    with start_booking_hub(tmp_path_factory.mktemp("page-hub"), pools=PAGE_POOLS) as running:
+    with start_page_hub(tmp_path_factory.mktemp("page-hub")) as running:
         yield running
 
 

@@ -10,15 +10,14 @@ from datetime import datetime, timedelta, timezone
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from hub_harness import start_booking_hub
 from page_browser import (
-    PAGE_POOLS,
     HeldRequests,
     LocalWindows,
     book_through_api,
     booking_rows,
     csp_violations,
     open_page,
+    start_page_hub,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -29,9 +28,7 @@ windows = LocalWindows()
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     extra = "c.ReservationPage.page_list_size = 2\n"
-    with start_booking_hub(
-        tmp_path_factory.mktemp("paging-hub"), pools=PAGE_POOLS, extra_service_config=extra
-    ) as running:
+    with start_page_hub(tmp_path_factory.mktemp("paging-hub"), extra) as running:
         yield running
 
 

@@ -4,13 +4,12 @@ real Hub (helpers in page_browser.py)."""
 from __future__ import annotations
 
 import pytest
-from hub_harness import start_booking_hub
 from page_browser import (
-    PAGE_POOLS,
     LocalWindows,
     api_bookings,
     fill_booking_form,
     open_page,
+    start_page_hub,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -24,11 +23,7 @@ c.Budgets.group_budgets = {"students": {"gpu_hours": 40, "period": "month"}}
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    with start_booking_hub(
-        tmp_path_factory.mktemp("planning-page-hub"),
-        pools=PAGE_POOLS,
-        extra_service_config=BUDGET_CONFIG,
-    ) as running:
+    with start_page_hub(tmp_path_factory.mktemp("planning-page-hub"), BUDGET_CONFIG) as running:
         yield running
 
 
