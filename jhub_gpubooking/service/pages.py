@@ -82,6 +82,7 @@ def page_context(
     slot_minutes: int,
     page_days: int,
     list_limit: int,
+    refresh_seconds: int,
     asset_urls: dict[str, str],
     script_nonce: str,
 ) -> dict[str, Any]:
@@ -118,6 +119,7 @@ def page_context(
             "slotMinutes": slot_minutes,
             "pageDays": page_days,
             "listLimit": list_limit,
+            "refreshSeconds": refresh_seconds,
         },
     }
 
@@ -144,6 +146,15 @@ class ReservationPage(LoggingConfigurable):
             raise ValueError(f"page_list_size must be from 1 to {MAX_PAGE_SIZE}.")
         return proposal["value"]
 
+    page_refresh_seconds = Integer(
+        60,
+        min=0,
+        help="Seconds between the reservation page's refreshes of its own while it is open and "
+        "visible: a booking ended, released or booked from the waitlist, a new notice, the "
+        "timeline then show without a reload. A hidden tab does not refresh (it does at once when "
+        "shown again), nor does the page while the user is changing a booking in it. Each refresh "
+        "reads about six API routes (more for admins); 0 turns it off.",
+    ).tag(config=True)
     page_title = Unicode("GPU bookings", help="Title of the reservation page.").tag(config=True)
     page_announcement = Unicode(
         "", help="Text shown at the top of the reservation page (e.g. maintenance notices)."
@@ -171,6 +182,7 @@ class ReservationPageHandler(BaseHandler):
             slot_minutes=service.slot_minutes,
             page_days=page.page_days,
             list_limit=page.page_list_size,
+            refresh_seconds=page.page_refresh_seconds,
             asset_urls={name: static_asset_url(service_prefix, name) for name in PAGE_ASSETS},
             script_nonce=nonce,
         )

@@ -13,8 +13,9 @@ maintenance windows, or two calendar links of which the page could show the revo
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
-from hub_harness import start_booking_hub
 from page_browser import (
     PAGE_POOLS,
     HeldRequests,
@@ -23,6 +24,7 @@ from page_browser import (
     booking_rows,
     local_input,
     open_page,
+    start_page_hub,
     utc,
 )
 
@@ -33,7 +35,7 @@ windows = LocalWindows()
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    with start_booking_hub(tmp_path_factory.mktemp("overlap-hub"), pools=PAGE_POOLS) as running:
+    with start_page_hub(tmp_path_factory.mktemp("overlap-hub")) as running:
         yield running
 
 
@@ -123,6 +125,24 @@ def test_a_double_click_on_withdraw_withdraws_once_and_says_so(hub, context):
     page.wait_for_load_state("networkidle")
     # the success stays: no second request's "can no longer be withdrawn" over it
     assert page.locator("#gb-mine-feedback").inner_text() == f"Wait {wait['id']} is withdrawn."
+
+
+def test_a_double_click_on_start_now_starts_the_booking_once_and_says_so(hub, context):
+    now = datetime.now(timezone.utc)
+    later = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0)
+    later += timedelta(hours=3)  # later today: the free GPUs are offered to it
+    booking = book_through_api(hub, "bob", "a100", 1, later, later + timedelta(hours=1))
+    page = open_page(context, hub, "bob")
+    start_now = page.get_by_role("button", name=f"Start booking {booking['id']} now")
+    held = HeldRequests(page, f"/api/bookings/{booking['id']}/start-early", method="POST")
+    start_now.dblclick()
+    assert held.count_after_a_pause() == 1
+    held.release(held.routes)
+    page.locator('#gb-notices [data-kind="start_early"]').wait_for(state="detached")
+    page.wait_for_load_state("networkidle")
+    # the success stays: no second request's "cannot start early" over it
+    assert page.locator("#gb-mine-feedback").inner_text().startswith(f"Booking {booking['id']} now runs")
+    hub.api(hub.user_token("bob")).delete(f"api/bookings/{booking['id']}").raise_for_status()
 
 
 def test_a_double_click_on_create_makes_one_maintenance_window(hub, context):

@@ -40,6 +40,7 @@ def make_context(**overrides):
         "slot_minutes": 15,
         "page_days": 7,
         "list_limit": 100,
+        "refresh_seconds": 60,
         "asset_urls": ASSET_URLS,
         "script_nonce": "n0nce",
     }
@@ -125,6 +126,7 @@ def test_page_context_builds_every_url_from_the_prefixes():
             "slotMinutes": 15,
             "pageDays": 7,
             "listLimit": 100,
+            "refreshSeconds": 60,
         },
     }
 
@@ -256,6 +258,7 @@ def test_page_served_through_the_hub_links_its_assets_and_its_xsrf_token_works(b
             "slotMinutes": 15,
             "pageDays": 7,
             "listLimit": 100,
+            "refreshSeconds": 60,
         }
         local_urls = [url for url in page.urls if not url.startswith("#")]
         assert all(url.startswith((hub.hub_prefix, hub.service_prefix)) for url in local_urls)

@@ -5,8 +5,8 @@
 
 import {
   $, ACTIVE_STATES, DAY_MS, HOUR_MS, NewestLoad, PagedList, SLOT_MS, amountChoices, api, byStart, config, el,
-  floorSlot, formatGpus, formatSpan, formatTime, fromLocalInput, oneAtATime, parseUtc, plural,
-  snapInput, toLocalInput, toUtcIso,
+  floorSlot, formatGpus, formatSpan, formatTime, fromLocalInput, isActing, keepFresh, oneAtATime, parseUtc,
+  plural, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { cancelSeriesButton, loadBudget, seriesBadge, seriesChoice, wireRepeatChoice } from "./planning.js";
 import { renderTimeline } from "./timeline.js";
@@ -29,18 +29,21 @@ function showAlert(box, kind, message) {
 }
 
 /** Run a write action; report success or the API's refusal in the given alert box
- * (`onRefusal` then gets the error too, e.g. to offer what the refusal suggests). */
+ * (`onRefusal` then gets the error too, e.g. to offer what the refusal suggests). The page is
+ * refreshed after a success; a refresh that fails is reported as the page's, not as the action's
+ * (the booking was made even if the list showing it could not be read just then). */
 async function act(box, action, successMessage, onRefusal) {
+  let result;
   try {
-    const result = await action();
-    showAlert(box, "success", typeof successMessage === "function" ? successMessage(result) : successMessage);
-    await refresh();
-    return result;
+    result = await action();
   } catch (error) {
     showAlert(box, "danger", error.message);
     if (onRefusal) onRefusal(error);
     return null;
   }
+  showAlert(box, "success", typeof successMessage === "function" ? successMessage(result) : successMessage);
+  await refreshOrReport();
+  return result;
 }
 
 function poolName(name) {
@@ -267,8 +270,10 @@ function moreButton(list, label, render) {
   }, label);
 }
 
-async function loadMyBookings() {
-  await page.mine.load({ user: config.user, ...listWindow($("gb-mine-show-past").checked) });
+/** Load "My bookings": the first page, or with `keepPages` as many as shown now (a refresh). */
+async function loadMyBookings(keepPages = false) {
+  const params = { user: config.user, ...listWindow($("gb-mine-show-past").checked) };
+  await (keepPages ? page.mine.refill(params) : page.mine.load(params));
 }
 
 function renderMyBookings() {
@@ -328,10 +333,16 @@ function wireFeed() {
 
 // ---------------------------------------------------------------- notices (end warnings, releases)
 
+/** The notices as last drawn: the box is a live region, so drawing the same notices again on
+ * every refresh would have screen readers read them out again every time. */
+let noticesShown = null;
+
 async function loadNotices() {
   const isNewest = page.loads.notices.begin();
   const { notices } = await api("GET", `users/${encodeURIComponent(config.user)}/notices`);
-  if (!isNewest()) return;
+  const shown = JSON.stringify(notices);
+  if (!isNewest() || shown === noticesShown) return;
+  noticesShown = shown;
   $("gb-notices").replaceChildren(...notices.map((notice) => el("div", {
     class: `alert ${notice.kind === "ending_soon" ? "alert-warning" : "alert-info"}`,
     dataset: { kind: notice.kind, bookingId: notice.booking_id },
@@ -390,10 +401,12 @@ async function loadReport() {
 }
 
 
-async function loadAdmin() {
+/** Load the admin's tables: their first pages, or with `keepPages` as many as shown now. */
+async function loadAdmin(keepPages = false) {
   const since = listWindow($("gb-all-show-past").checked);
   // maintenance windows still running or ahead; past ones no longer block anything
-  await Promise.all([page.all.load(since), page.windows.load(listWindow(false))]);
+  const lists = [[page.all, since], [page.windows, listWindow(false)]];
+  await Promise.all(lists.map(([list, params]) => (keepPages ? list.refill(params) : list.load(params))));
   renderAllBookings();
   renderMaintenance();
 }
@@ -477,19 +490,44 @@ function renderCollisions(colliding) {
 
 // ---------------------------------------------------------------- start-up
 
+/** Load every view again (after an action, and every `refreshSeconds` while the page is open). */
 async function refresh() {
-  await loadMyBookings();
+  await loadMyBookings(true);
   renderMyBookings();
   await loadMyWaits($("gb-mine-feedback"), act, poolName, slicesOf);
   await loadBudget();
   await loadTimeline();
   await loadNotices();
-  if (config.isAdmin) await Promise.all([loadAdmin(), loadHolders(), loadReport()]);
+  if (config.isAdmin) await Promise.all([loadAdmin(true), loadHolders(), loadReport()]);
 }
 
-function showLoadError(error) {
+/** The containers `refresh` draws again. */
+const REFRESHED = ["gb-notices", "gb-timeline", "gb-budget", "gb-my-bookings", "gb-my-waits",
+  "gb-holders", "gb-report", "gb-maintenance-list", "gb-all-bookings"];
+
+/** Whether a refresh now would throw away what the user is doing: a "New end…" open (maybe
+ * half typed), a keyboard user moving along the timeline, an action on its way (it refreshes
+ * the page itself when it is done). A focused button does not count: one that keeps the focus
+ * after a refusal would stop the refreshes until the user clicked elsewhere. */
+function userIsBusy() {
+  return isActing() || $("gb-timeline").contains(document.activeElement)
+    || REFRESHED.some((id) => $(id)?.querySelector("details[open]"));
+}
+
+/** Refresh, and say so on the page when that fails (the service or its database may be down
+ * for a while: the page keeps trying, and the message goes once a refresh works again). */
+async function refreshOrReport() {
+  try {
+    await refresh();
+    $("gb-load-error").classList.add("d-none");
+  } catch (error) {
+    showLoadError(error, "could not refresh");
+  }
+}
+
+function showLoadError(error, what = "could not load") {
   const box = $("gb-load-error");
-  box.textContent = `The booking page could not load: ${error.message}`;
+  box.textContent = `The booking page ${what}: ${error.message}`;
   box.classList.remove("d-none");
 }
 
@@ -521,9 +559,11 @@ async function start() {
     $("gb-mw-start").value = toLocalInput(firstStart);
     $("gb-mw-end").value = toLocalInput(firstStart + 2 * HOUR_MS);
     $("gb-maintenance-form").addEventListener("submit", oneAtATime(submitMaintenance));
-    $("gb-all-show-past").addEventListener("change", loadAdmin);
-    $("gb-report-by").addEventListener("change", loadReport);
+    $("gb-all-show-past").addEventListener("change", () => loadAdmin().catch(showLoadError));
+    $("gb-report-by").addEventListener("change", () => loadReport().catch(showLoadError));
   }
+  // started before the first load, so a page opened while the service is down recovers by itself
+  keepFresh(refreshOrReport, { seconds: config.refreshSeconds, isBusy: userIsBusy });
   await Promise.all([refresh(), loadFeedState()]);
 }
 

@@ -83,12 +83,47 @@ export function oneAtATime(action) {
     const button = isForm ? event.submitter ?? target.querySelector('[type="submit"]') : target;
     if (button.disabled) return;
     button.disabled = true;
+    actionsRunning += 1;
     try {
       await action(event);
     } finally {
+      actionsRunning -= 1;
       button.disabled = false;
     }
   };
+}
+
+let actionsRunning = 0;
+
+/** Whether an action started by the user is still on its way (it refreshes the page itself). */
+export const isActing = () => actionsRunning > 0;
+
+// ---------------------------------------------------------------- a page left open
+
+/** Keep a page that stays open for hours current without a reload: `refresh` runs every
+ * `seconds` while the page is visible, and when it becomes visible again after at least that
+ * long. A hidden tab asks nothing (a lab's forgotten tabs would otherwise poll the service all
+ * night). A run is skipped, not queued, while the previous one is on its way or `isBusy()` says
+ * the user is in the middle of something a redraw would throw away. 0 seconds: never. */
+export function keepFresh(refresh, { seconds, isBusy }) {
+  if (!seconds) return;
+  const periodMs = seconds * 1000;
+  let last = Date.now();
+  let running = false;
+  const run = async () => {
+    if (running || document.visibilityState !== "visible" || isBusy()) return;
+    running = true;
+    try {
+      await refresh();
+    } finally {
+      last = Date.now();
+      running = false;
+    }
+  };
+  setInterval(run, periodMs);
+  document.addEventListener("visibilitychange", () => {
+    if (Date.now() - last >= periodMs) run();
+  });
 }
 
 // ---------------------------------------------------------------- paged lists
@@ -111,6 +146,15 @@ export class PagedList {
     this.isNewest = this.loads.begin();
     this.next = null;
     return this.more();
+  }
+
+  /** Load the list again for these query parameters, at least as many items as it holds now
+   * (a refresh keeps the pages the user opened with "Show more"). */
+  async refill(params) {
+    const shown = this.items.length;
+    await this.load(params);
+    const isNewest = this.isNewest;
+    while (isNewest() && this.hasMore && this.items.length < shown) await this.more();
   }
 
   /** Append the next page. A call while a page is on its way (a double click on "Show more")

@@ -1,0 +1,165 @@
+"""A reservation page left open keeps itself current (real Hub, Chromium).
+
+Students leave the page open for hours: meanwhile an admin ends a booking, the waitlist books
+one, a booking made from the command line appears. The page refreshes every
+``c.ReservationPage.page_refresh_seconds`` (1 s here) while it is visible, never while the user
+is changing a booking in it, keeps the pages opened with "Show more", asks nothing while hidden,
+and says when the service cannot answer until it can again.
+
+The page lists two bookings at a time here; the users take turns so that a test's new booking
+is on its user's first page (or the test opens the next).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+import pytest
+from page_browser import (
+    LocalWindows,
+    book_through_api,
+    booking_rows,
+    fill_booking_form,
+    local_input,
+    open_page,
+    start_page_hub,
+)
+
+from jhub_gpubooking.db.session import DATABASE_UNAVAILABLE_MESSAGE
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+
+windows = LocalWindows()
+
+REFRESH_CONFIG = """
+c.ReservationPage.page_refresh_seconds = 1
+c.ReservationPage.page_list_size = 2
+"""
+# several refresh periods: what a refresh shows has had time to show
+SETTLED_MS = 3_000
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    with start_page_hub(tmp_path_factory.mktemp("refresh-hub"), REFRESH_CONFIG, refresh=True) as running:
+        yield running
+
+
+def row(page, booking_id: int):
+    return page.locator(f'#gb-my-bookings tr[data-booking-id="{booking_id}"]')
+
+
+def test_an_open_page_shows_what_changed_elsewhere(hub, context):
+    ended = book_through_api(hub, "ada", "a100", 1, *windows.next())["id"]
+    page = open_page(context, hub, "ada")
+    expect(row(page, ended)).to_have_count(1)
+
+    # an admin cancels ada's booking; ada books another one from the command line
+    assert hub.api(hub.user_token("admin")).delete(f"api/bookings/{ended}").status_code == 200
+    added = book_through_api(hub, "ada", "a100", 1, *windows.next())["id"]
+
+    expect(row(page, added)).to_have_count(1)
+    expect(row(page, ended)).to_have_count(0)
+    # the timeline's line of the user's own bookings follows too
+    expect(page.locator(f'.gb-mine[data-booking-id="{added}"]')).to_have_count(1)
+    expect(page.locator(f'.gb-mine[data-booking-id="{ended}"]')).to_have_count(0)
+
+
+def test_a_refresh_waits_while_a_new_end_is_being_typed(hub, context):
+    start, end = windows.next()
+    changing = book_through_api(hub, "bob", "a100", 1, start, end)["id"]
+    page = open_page(context, hub, "bob")
+    summary = row(page, changing).locator("summary")
+    summary.click()
+    typed = local_input(end + timedelta(minutes=45))
+    page.fill(f"#gb-new-end-{changing}", typed)
+    added = book_through_api(hub, "bob", "a100", 1, *windows.next())["id"]
+
+    page.wait_for_timeout(SETTLED_MS)
+    # nothing was redrawn under the user: the form is open with what they typed
+    assert row(page, changing).locator("details").get_attribute("open") is not None
+    assert page.input_value(f"#gb-new-end-{changing}") == typed
+    assert row(page, added).count() == 0
+
+    # done with it (closed, and the focus elsewhere): the page catches up
+    summary.click()
+    page.click("#gb-mine-heading")
+    expect(row(page, added)).to_have_count(1)
+
+
+def test_a_refresh_keeps_the_pages_shown_with_show_more(hub, context):
+    booked = [book_through_api(hub, "carol", "a100", 1, *windows.next())["id"] for _ in range(3)]
+    page = open_page(context, hub, "carol")
+    expect(page.locator("#gb-my-bookings tr[data-booking-id]")).to_have_count(2)
+    page.locator("#gb-my-bookings button.gb-more").click()
+    expect(page.locator("#gb-my-bookings tr[data-booking-id]")).to_have_count(3)
+
+    added = book_through_api(hub, "carol", "a100", 1, *windows.next())["id"]
+    # refilled up to the three shown: two pages of two, so the fourth shows too
+    expect(row(page, added)).to_have_count(1)
+    page.wait_for_timeout(SETTLED_MS)
+    assert booking_rows(page, "gb-my-bookings") == [*booked, added]
+
+
+def test_a_hidden_page_asks_nothing_and_catches_up_when_shown(hub, context):
+    page = open_page(context, hub, "admin")
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url) if "/api/" in request.url else None)
+    set_visibility(page, "hidden")
+    asked.clear()
+    added = book_through_api(hub, "admin", "a100", 1, *windows.next())["id"]
+
+    page.wait_for_timeout(SETTLED_MS)
+    assert asked == []
+    assert row(page, added).count() == 0
+
+    set_visibility(page, "visible")
+    expect(row(page, added)).to_have_count(1)
+
+
+def set_visibility(page, state: str) -> None:
+    """What the browser does when the tab is hidden or shown again (a headless tab stays visible)."""
+    page.evaluate(
+        """(state) => {
+            Object.defineProperty(document, "visibilityState", { configurable: true, get: () => state });
+            document.dispatchEvent(new Event("visibilitychange"));
+        }""",
+        state,
+    )
+
+
+def test_while_the_service_cannot_answer_the_page_says_so_and_recovers(hub, context):
+    page = open_page(context, hub, "admin")  # one booking so far: the new one is on the first page
+    error = page.locator("#gb-load-error")
+    expect(error).to_be_hidden()
+
+    # the database goes away: every list the page reads answers 503
+    def unavailable(route):
+        if route.request.method != "GET":
+            route.continue_()
+            return
+        body = {"status": 503, "message": DATABASE_UNAVAILABLE_MESSAGE}
+        route.fulfill(status=503, content_type="application/json", body=json.dumps(body))
+
+    def lists(url: str) -> bool:
+        return "/api/bookings?" in url
+
+    page.route(lists, unavailable)
+    expect(error).to_have_text(f"The booking page could not refresh: {DATABASE_UNAVAILABLE_MESSAGE}")
+
+    # a booking made meanwhile is reported as made, though the list could not be read after it
+    start, end = windows.next()
+    fill_booking_form(page, "a100", "1 GPU", start, end, note="during the outage")
+    page.click("#gb-book-button")
+    expect(page.locator("#gb-form-feedback")).to_have_class(re.compile(r"\balert-success\b"))
+    expect(error).to_be_visible()
+
+    # back: the message goes and the booking shows, without a reload
+    page.unroute(lists, unavailable)
+    expect(error).to_be_hidden()
+    expect(page.locator("#gb-my-bookings tr", has_text="during the outage")).to_have_count(1)
