@@ -96,12 +96,17 @@ def open_page(context, hub: RunningHub, user: str):
     page = context.new_page()
     page.on("dialog", lambda dialog: dialog.accept())
     page.goto(f"{hub.public_url}{hub.hub_prefix}login?next={hub.service_prefix}")
+    log_in(page, hub, user)
+    return page
+
+
+def log_in(page, hub: RunningHub, user: str) -> None:
+    """Fill in the Hub's login form ``page`` shows and wait for the reservation page."""
     page.fill("#username_input", user)
     page.fill("#password_input", "correct-horse-battery")
     page.click("#login_submit")
     page.wait_for_url(hub.service_url)
     page.wait_for_selector(".gb-pool-row[data-pool] .gb-seg")
-    return page
 
 
 def csp_violations(context) -> list[str]:

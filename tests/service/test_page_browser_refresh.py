@@ -4,7 +4,8 @@ Students leave the page open for hours: meanwhile an admin ends a booking, the w
 one, a booking made from the command line appears. The page refreshes every
 ``c.ReservationPage.page_refresh_seconds`` (1 s here) while it is visible, never while the user
 is changing a booking in it, keeps the pages opened with "Show more", asks nothing while hidden,
-and says when the service cannot answer until it can again.
+says when the service cannot answer until it can again, and offers to reload when the login ran
+out.
 
 The page lists two bookings at a time here; the users take turns so that a test's new booking
 is on its user's first page (or the test opens the next).
@@ -23,6 +24,7 @@ from page_browser import (
     booking_rows,
     fill_booking_form,
     local_input,
+    log_in,
     open_page,
     start_page_hub,
 )
@@ -163,3 +165,16 @@ def test_while_the_service_cannot_answer_the_page_says_so_and_recovers(hub, cont
     page.unroute(lists, unavailable)
     expect(error).to_be_hidden()
     expect(page.locator("#gb-my-bookings tr", has_text="during the outage")).to_have_count(1)
+
+
+def test_when_the_login_runs_out_the_page_says_so_and_reloads_through_the_login(hub, context):
+    page = open_page(context, hub, "bob")
+    context.clear_cookies()  # the Hub's login and the service's run out while the page is open
+    error = page.locator("#gb-load-error")
+    expect(error).to_contain_text("The booking page could not refresh: Authentication required")
+
+    page.get_by_role("link", name="Reload the page").click()
+    page.wait_for_url(re.compile(re.escape(f"{hub.public_url}{hub.hub_prefix}login")))
+    log_in(page, hub, "bob")
+    page.wait_for_timeout(SETTLED_MS)
+    expect(error).to_be_hidden()

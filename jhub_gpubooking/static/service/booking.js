@@ -527,7 +527,11 @@ async function refreshOrReport() {
 
 function showLoadError(error, what = "could not load") {
   const box = $("gb-load-error");
-  box.textContent = `The booking page ${what}: ${error.message}`;
+  // 403 on a read: the login ran out (or the user's rights changed) while the page was open;
+  // loading the page again goes through the Hub's login and back
+  const reload = error.status === 403
+    ? el("a", { href: window.location.href, class: "alert-link ms-1" }, "Reload the page") : null;
+  box.replaceChildren(`The booking page ${what}: ${error.message}`, reload ?? "");
   box.classList.remove("d-none");
 }
 
