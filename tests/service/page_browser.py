@@ -148,6 +148,12 @@ class HeldRequests:
         for route in routes:
             route.continue_()
 
+    def one_request_of_a_double_click(self, button) -> None:
+        """Double-click ``button`` (a locator): exactly one request comes; let it go."""
+        button.dblclick()
+        assert self.count_after_a_pause() == 1
+        self.release(self.routes)
+
     def count_after_a_pause(self) -> int:
         """How many are held once a second request, had the page sent one, has reached the
         route (a double click's two requests leave within milliseconds)."""

@@ -100,9 +100,7 @@ def test_a_double_click_on_create_link_makes_one_calendar_link(hub, context):
         "() => document.querySelector('#gb-feed-create').textContent === 'Create link'"
     )
     held = HeldRequests(page, "/feed-token", method="POST")
-    page.dblclick("#gb-feed-create")
-    assert held.count_after_a_pause() == 1
-    held.release(held.routes)
+    held.one_request_of_a_double_click(page.locator("#gb-feed-create"))
     page.wait_for_function("() => document.querySelector('#gb-feed-url').value.includes('/feeds/')")
     with hub.api() as anonymous:
         assert anonymous.get(page.input_value("#gb-feed-url")).status_code == 200
@@ -117,10 +115,7 @@ def test_a_double_click_on_withdraw_withdraws_once_and_says_so(hub, context):
     assert wait["state"] == "waiting", wait
     page = open_page(context, hub, "carol")
     withdraw = page.get_by_role("button", name=f"Withdraw wait {wait['id']}")
-    held = HeldRequests(page, f"/api/waits/{wait['id']}", method="DELETE")
-    withdraw.dblclick()
-    assert held.count_after_a_pause() == 1
-    held.release(held.routes)
+    HeldRequests(page, f"/api/waits/{wait['id']}", method="DELETE").one_request_of_a_double_click(withdraw)
     page.locator("#gb-my-waits li").first.wait_for(state="detached")
     page.wait_for_load_state("networkidle")
     # the success stays: no second request's "can no longer be withdrawn" over it
@@ -135,9 +130,7 @@ def test_a_double_click_on_start_now_starts_the_booking_once_and_says_so(hub, co
     page = open_page(context, hub, "bob")
     start_now = page.get_by_role("button", name=f"Start booking {booking['id']} now")
     held = HeldRequests(page, f"/api/bookings/{booking['id']}/start-early", method="POST")
-    start_now.dblclick()
-    assert held.count_after_a_pause() == 1
-    held.release(held.routes)
+    held.one_request_of_a_double_click(start_now)
     page.locator('#gb-notices [data-kind="start_early"]').wait_for(state="detached")
     page.wait_for_load_state("networkidle")
     # the success stays: no second request's "cannot start early" over it
@@ -153,9 +146,7 @@ def test_a_double_click_on_create_makes_one_maintenance_window(hub, context):
     page.fill("#gb-mw-end", local_input(end))
     page.fill("#gb-mw-reason", "double click")
     held = HeldRequests(page, "/api/maintenance", method="POST")
-    page.dblclick("#gb-mw-create")
-    assert held.count_after_a_pause() == 1
-    held.release(held.routes)
+    held.one_request_of_a_double_click(page.locator("#gb-mw-create"))
     page.wait_for_function(
         "() => document.querySelector('#gb-admin-feedback').textContent.includes('is created')"
     )

@@ -108,9 +108,7 @@ def test_a_double_click_on_show_more_loads_the_next_page_once(hub, context):
     page = open_page(context, hub, "admin")
     page.wait_for_selector("#gb-my-bookings tr[data-booking-id]")
     held = HeldRequests(page, "/api/bookings?user=admin")
-    page.locator("#gb-my-bookings button.gb-more").dblclick()
-    assert held.count_after_a_pause() == 1
-    held.release(held.routes)
+    held.one_request_of_a_double_click(page.locator("#gb-my-bookings button.gb-more"))
     page.wait_for_selector("#gb-my-bookings tr[data-booking-id] >> nth=2")
     page.wait_for_load_state("networkidle")
     assert booking_rows(page, "gb-my-bookings") == booked  # the third once, not twice
