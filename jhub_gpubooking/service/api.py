@@ -20,7 +20,7 @@ from ..core.errors import NotFound
 from ..core.model import Booking, BookingState, checked_text, parse_amount
 from ..core.timegrid import ceil_to_grid, floor_to_grid, parse_time
 from ..db.next_free import next_free
-from .base import BaseHandler, Principal, refusal
+from .base import AUTHENTICATION_REQUIRED, BaseHandler, Principal, refusal
 from .claims import IN_USE, POOL_UNKNOWN, PoolClaimRefused, claim_in_pool, holder_check
 from .serialize import (
     availability_json,
@@ -74,9 +74,7 @@ class APIHandler(BaseHandler):
     """JSON endpoints: never redirect to a login page, answer 403 instead."""
 
     def get_login_url(self) -> str:
-        raise web.HTTPError(
-            403, "Authentication required: log in to JupyterHub or send a Hub API token."
-        )
+        raise web.HTTPError(403, AUTHENTICATION_REQUIRED)
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")

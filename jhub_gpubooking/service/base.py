@@ -36,6 +36,8 @@ RETRY_AFTER_SECONDS = 5
 HUB_LOOKUP_TIMEOUT_SECONDS = 10
 #: Methods that change state and count against the per-user write limit.
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: The 403 of a request without a login or a token (the API never redirects to a login page).
+AUTHENTICATION_REQUIRED = "Authentication required: log in to JupyterHub or send a Hub API token."
 
 
 def refusal(status: int, message: str, retry_after: int | None = None) -> web.HTTPError:
@@ -225,9 +227,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
                 raise web.HTTPError(
                     403, "This request needs the '_xsrf' token (X-XSRFToken header) of the page."
                 )
-            raise web.HTTPError(
-                403, "Authentication required: log in to JupyterHub or send a Hub API token."
-            )
+            raise web.HTTPError(403, AUTHENTICATION_REQUIRED)
         return self.principal
 
     def require_user(self) -> Principal:
