@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from page_browser import (
+    HeldRequests,
     LocalWindows,
     book_through_api,
     booking_rows,
@@ -92,6 +93,26 @@ def test_a_refresh_waits_while_a_new_end_is_being_typed(hub, context):
     summary.click()
     page.click("#gb-mine-heading")
     expect(row(page, added)).to_have_count(1)
+
+
+def test_a_refresh_on_its_way_when_new_end_is_opened_does_not_close_it(hub, context):
+    # today, before every other booking of ada's: first on her list's first page
+    now = datetime.now(timezone.utc)
+    start = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0) + timedelta(hours=1)
+    end = start + timedelta(hours=1)
+    changing = book_through_api(hub, "ada", "a100", 1, start, end)["id"]
+    page = open_page(context, hub, "ada")
+    expect(row(page, changing)).to_have_count(1)
+    held = HeldRequests(page, "/api/bookings?user=ada")
+    held.wait_for(1)  # the next refresh is on its way
+    row(page, changing).locator("summary").click()
+    typed = local_input(end + timedelta(minutes=30))
+    page.fill(f"#gb-new-end-{changing}", typed)
+    held.release(held.routes)  # its answer comes in while the user types
+
+    page.wait_for_timeout(SETTLED_MS)
+    assert row(page, changing).locator("details").get_attribute("open") is not None
+    assert page.input_value(f"#gb-new-end-{changing}") == typed
 
 
 def test_a_refresh_keeps_the_pages_shown_with_show_more(hub, context):

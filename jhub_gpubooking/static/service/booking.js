@@ -71,14 +71,15 @@ function chooseStretch(pool, interval) {
   $("gb-amount").focus();
 }
 
-async function loadTimeline() {
+/** `mayDraw` (an automatic refresh's) says whether the answer may still be drawn. */
+async function loadTimeline(mayDraw = () => true) {
   const isNewest = page.loads.timeline.begin();
   const start = floorSlot(Date.now());
   const range = { start, end: start + Number($("gb-range").value) * DAY_MS };
   const query = new URLSearchParams({ start: toUtcIso(range.start), end: toUtcIso(range.end) });
   const availabilities = await Promise.all(page.pools.map(
     (pool) => api("GET", `pools/${encodeURIComponent(pool.name)}/availability?${query}`)));
-  if (!isNewest()) return; // another range was chosen meanwhile
+  if (!isNewest() || !mayDraw()) return; // another range was chosen meanwhile
   renderTimeline($("gb-timeline"), {
     pools: page.pools, availabilities, myBookings: page.myBookings, range,
     detail: $("gb-timeline-detail"), onChoose: chooseStretch,
@@ -490,35 +491,34 @@ function renderCollisions(colliding) {
 
 // ---------------------------------------------------------------- start-up
 
-/** Load every view again (after an action, and every `refreshSeconds` while the page is open). */
-async function refresh() {
+/** Load every view again: after an action, and `auto`matically every `refreshSeconds` while the
+ * page is open. An automatic refresh draws nothing the user began to work in while its answers
+ * were on their way (a "New end…" opened meanwhile would snap shut). */
+async function refresh({ auto = false } = {}) {
+  const mayDraw = () => !auto || !userIsEditing();
   await loadMyBookings(true);
-  renderMyBookings();
+  if (mayDraw()) renderMyBookings();
   await loadMyWaits($("gb-mine-feedback"), act, poolName, slicesOf);
   await loadBudget();
-  await loadTimeline();
+  await loadTimeline(mayDraw);
   await loadNotices();
   if (config.isAdmin) await Promise.all([loadAdmin(true), loadHolders(), loadReport()]);
 }
 
-/** The containers `refresh` draws again. */
-const REFRESHED = ["gb-notices", "gb-timeline", "gb-budget", "gb-my-bookings", "gb-my-waits",
-  "gb-holders", "gb-report", "gb-maintenance-list", "gb-all-bookings"];
-
-/** Whether a refresh now would throw away what the user is doing: a "New end…" open (maybe
- * half typed), a keyboard user moving along the timeline, an action on its way (it refreshes
- * the page itself when it is done). A focused button does not count: one that keeps the focus
- * after a refusal would stop the refreshes until the user clicked elsewhere. */
-function userIsBusy() {
-  return isActing() || $("gb-timeline").contains(document.activeElement)
-    || REFRESHED.some((id) => $(id)?.querySelector("details[open]"));
+/** Whether the user is working in what a refresh draws again: a "New end…" open in a table
+ * (maybe half typed), or a keyboard user moving along the timeline. A focused button does not
+ * count: one that keeps the focus after a refusal would stop the refreshes until the user
+ * clicked elsewhere. */
+function userIsEditing() {
+  return $("gb-timeline").contains(document.activeElement)
+    || ["gb-my-bookings", "gb-all-bookings"].some((id) => $(id)?.querySelector("details[open]"));
 }
 
 /** Refresh, and say so on the page when that fails (the service or its database may be down
  * for a while: the page keeps trying, and the message goes once a refresh works again). */
-async function refreshOrReport() {
+async function refreshOrReport(options) {
   try {
-    await refresh();
+    await refresh(options);
     $("gb-load-error").classList.add("d-none");
   } catch (error) {
     showLoadError(error, "could not refresh");
@@ -567,7 +567,10 @@ async function start() {
     $("gb-report-by").addEventListener("change", () => loadReport().catch(showLoadError));
   }
   // started before the first load, so a page opened while the service is down recovers by itself
-  keepFresh(refreshOrReport, { seconds: config.refreshSeconds, isBusy: userIsBusy });
+  // (an action on its way refreshes the page itself when it is done)
+  keepFresh(() => refreshOrReport({ auto: true }), {
+    seconds: config.refreshSeconds, isBusy: () => isActing() || userIsEditing(),
+  });
   await Promise.all([refresh(), loadFeedState()]);
 }
 

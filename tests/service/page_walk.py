@@ -1,0 +1,292 @@
+"""A seeded random walk of what a student does on the reservation page, in Chromium on a real
+Hub, with what the page shows checked against the API after every step.
+
+The student (ada) books through the form (now or tomorrow, in a few overlapping slots, so
+refusals come), takes the offered next free interval or joins the waitlist, extends, picks a
+new end, ends or cancels, withdraws a wait, ticks "Show ended and cancelled bookings" and
+reloads; meanwhile another user (bob) books and cancels through the API, behind the page's
+back. After each step, within a few of the page's own refreshes:
+
+- *My bookings* lists exactly ada's bookings the API lists (those still running or ahead, or
+  all from 30 days back when the box is ticked), each once, in its state;
+- the timeline marks exactly her upcoming and active bookings, her waits are exactly the API's;
+- the page shows no load error and threw no script error;
+- what the page said of the step agrees with the API: a success changed the booking, a
+  refusal left it as it was.
+
+``PAGE_WALK_SEED`` and ``PAGE_WALK_ACTIONS`` pick the walk; a failure names the seed, the step
+and every step before it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+from page_browser import BROWSER_ZONE, fill_booking_form, local_input, utc
+
+from jhub_gpubooking.core.timegrid import format_time
+
+STUDENT = "ada"
+OTHER = "bob"
+ACTIVE = ("upcoming", "active")
+PAST_DAYS = 30  # booking.js PAST_DAYS
+# the page refreshes every second in the walk's Hub: what it shows has caught up well within this
+CATCH_UP_SECONDS = 10
+AMOUNTS = {"a100": ["1 GPU", "2 GPUs"], "shared": ["1/4 GPU", "1/2 GPU", "3/4 GPU", "1 GPU"]}
+
+PAGE_STATE = """() => {
+  const ids = (selector, key) => [...document.querySelectorAll(selector)].map((e) => Number(e.dataset[key]));
+  const error = document.querySelector("#gb-load-error");
+  return {
+    rows: [...document.querySelectorAll("#gb-my-bookings tr[data-booking-id]")]
+      .map((row) => [Number(row.dataset.bookingId), row.dataset.state]),
+    marks: ids(".gb-mine[data-booking-id]", "bookingId"),
+    waits: ids("#gb-my-waits li[data-wait-id]", "waitId"),
+    error: error.classList.contains("d-none") ? null : error.textContent,
+    showPast: document.querySelector("#gb-mine-show-past").checked,
+  };
+}"""
+
+
+def slot_floor(when: datetime) -> datetime:
+    return when.replace(minute=when.minute - when.minute % 15, second=0, microsecond=0)
+
+
+class PageWalk:
+    def __init__(self, hub, page, seed: int, log: Callable[[str], None]):
+        self.hub = hub
+        self.page = page
+        self.seed = seed
+        self.random = random.Random(seed)
+        self.log = log
+        self.steps: list[str] = []
+        self.script_errors: list[str] = []
+        page.on("pageerror", lambda error: self.script_errors.append(str(error)))
+        self.student = hub.api(hub.user_token(STUDENT))
+        self.other = hub.api(hub.user_token(OTHER))
+        zone = ZoneInfo(BROWSER_ZONE)
+        tomorrow = datetime.now(zone).date() + timedelta(days=1)
+        self.day = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 8, tzinfo=zone)
+        self.notes = 0
+
+    # ------------------------------------------------------------ the walk
+
+    def run(self, actions: int) -> None:
+        for number in range(1, actions + 1):
+            kind = self.random.choice(list(self.ACTIONS))
+            if self.random.random() < 0.5 and self.page.locator("#gb-next-free-button, #gb-join-waitlist").count():
+                # a refusal offers these only until the next booking: take them often enough
+                kind = self.random.choice(["take the next free interval", "join the waitlist"])
+            said = self.ACTIONS[kind](self)
+            self.steps.append(f"{number}. {kind}: {said}")
+            self.log(self.steps[-1])
+            self.check()
+
+    def fail(self, problem: str) -> None:
+        history = "\n".join(self.steps)
+        raise AssertionError(f"seed {self.seed}, after step {len(self.steps)}: {problem}\n{history}")
+
+    # ------------------------------------------------------------ what the API says
+
+    def bookings(self, show_past: bool = False) -> dict[int, dict]:
+        start = slot_floor(datetime.now(timezone.utc)) - timedelta(days=PAST_DAYS if show_past else 0)
+        answer = self.student.get("api/bookings", params={"user": STUDENT, "start": format_time(start)})
+        answer.raise_for_status()
+        return {b["id"]: b for b in answer.json()["bookings"]}
+
+    def waits(self) -> list[int]:
+        answer = self.student.get("api/waits", params={"user": STUDENT, "state": "waiting"})
+        answer.raise_for_status()
+        return sorted(w["id"] for w in answer.json()["waits"])
+
+    def expected(self, shown: dict) -> dict:
+        bookings = self.bookings(shown["showPast"]).values()
+        return {
+            "rows": sorted((b["id"], b["state"]) for b in bookings if shown["showPast"] or b["state"] in ACTIVE),
+            "marks": sorted(b["id"] for b in bookings if b["state"] in ACTIVE),
+            "waits": self.waits(),
+        }
+
+    def check(self) -> None:
+        """What the page shows agrees with the API, within a few of its refreshes."""
+        deadline = time.monotonic() + CATCH_UP_SECONDS
+        while True:
+            shown = self.page.evaluate(PAGE_STATE)
+            seen = {"rows": sorted(map(tuple, shown["rows"])), "marks": sorted(shown["marks"]),
+                    "waits": sorted(shown["waits"])}
+            expected = self.expected(shown)
+            if self.script_errors:
+                self.fail(f"the page threw {self.script_errors}")
+            if shown["error"]:
+                self.fail(f"the page shows a load error: {shown['error']}")
+            if seen == expected:
+                return
+            if time.monotonic() > deadline:
+                self.fail(f"the page shows {seen}, the API says {expected}")
+            self.page.wait_for_timeout(250)
+
+    # ------------------------------------------------------------ the page's answers
+
+    def settle(self) -> None:
+        """Until every action button is enabled again (``oneAtATime`` disables it meanwhile)."""
+        self.page.wait_for_function(
+            "() => !document.querySelector('#gb-book-button').disabled"
+            " && ![...document.querySelectorAll('#gb-my-bookings button, #gb-my-waits button')]"
+            ".some((button) => button.disabled)"
+        )
+
+    def clear_feedback(self, box: str) -> None:
+        self.page.evaluate(f"() => document.querySelector('#{box}').classList.add('d-none')")
+
+    def said(self, box: str) -> tuple[str, str]:
+        self.settle()
+        alert = self.page.locator(f"#{box}")
+        alert.wait_for(state="visible")
+        kind = "success" if "alert-success" in (alert.get_attribute("class") or "") else "danger"
+        return kind, alert.inner_text()
+
+    # ------------------------------------------------------------ steps
+
+    def choose(self, bookings: list[dict]) -> dict | None:
+        return self.random.choice(bookings) if bookings else None
+
+    def visible_active(self, *states: str) -> list[dict]:
+        shown = {row[0] for row in self.page.evaluate(PAGE_STATE)["rows"]}
+        return [b for b in self.bookings().values() if b["state"] in states and b["id"] in shown]
+
+    def book(self) -> str:
+        pool = self.random.choice(list(AMOUNTS))
+        amount = self.random.choice(AMOUNTS[pool])
+        if self.random.random() < 0.25:  # book now
+            start = slot_floor(datetime.now(ZoneInfo(BROWSER_ZONE)))
+        else:
+            start = self.day + timedelta(hours=self.random.randrange(6))
+        end = start + timedelta(hours=self.random.choice([1, 2, 3]))
+        self.notes += 1
+        note = f"walk {self.seed}.{self.notes}"
+        self.clear_feedback("gb-form-feedback")
+        fill_booking_form(self.page, pool, amount, start, end, note=note)
+        self.page.click("#gb-book-button")
+        kind, text = self.said("gb-form-feedback")
+        made = [b for b in self.bookings().values() if b["note"] == note]
+        if (kind == "success") != (len(made) == 1):
+            self.fail(f"booking {note} said {kind} ({text}) but the API lists {made}")
+        return f"{amount} of {pool} {start:%H:%M}-{end:%H:%M}: {kind}: {text}"
+
+    def take_next_free(self) -> str:
+        offer = self.page.locator("#gb-next-free-button")
+        if not offer.is_visible():
+            return "no next free interval offered"
+        before = set(self.bookings())
+        self.clear_feedback("gb-form-feedback")
+        offer.click()
+        kind, text = self.said("gb-form-feedback")
+        added = set(self.bookings()) - before
+        if (kind == "success") != (len(added) == 1):
+            self.fail(f"the next free interval said {kind} ({text}) but the API added {added}")
+        return f"{kind}: {text}"
+
+    def join_waitlist(self) -> str:
+        join = self.page.locator("#gb-join-waitlist")
+        if not join.is_visible():
+            return "no waitlist offered"
+        before = self.waits()
+        self.clear_feedback("gb-form-feedback")
+        join.click()
+        kind, text = self.said("gb-form-feedback")
+        return f"{kind}: {text} (waiting before: {before})"
+
+    def withdraw(self) -> str:
+        waits = self.waits()
+        if not waits:
+            return "no wait"
+        wait = self.random.choice(waits)
+        self.clear_feedback("gb-mine-feedback")
+        self.page.get_by_role("button", name=f"Withdraw wait {wait}", exact=True).click()
+        kind, text = self.said("gb-mine-feedback")
+        if kind == "success" and wait in self.waits():
+            self.fail(f"withdrawing wait {wait} said {text} but it still waits")
+        return f"wait {wait}: {kind}: {text}"
+
+    def change_end(self, by_slot: bool) -> str:
+        booking = self.choose(self.visible_active(*ACTIVE))
+        if booking is None:
+            return "nothing to change"
+        row = self.page.locator(f'#gb-my-bookings tr[data-booking-id="{booking["id"]}"]')
+        self.clear_feedback("gb-mine-feedback")
+        if by_slot:
+            row.get_by_role("button", name=f"Extend booking {booking['id']} by 15 minutes").click()
+        else:
+            end = datetime.fromisoformat(booking["end"].replace("Z", "+00:00"))
+            new_end = end + timedelta(minutes=self.random.choice([-60, -15, 30, 90]))
+            row.locator("summary").click()
+            self.page.fill(f"#gb-new-end-{booking['id']}", local_input(new_end))
+            row.get_by_role("button", name="Save").click()
+        kind, text = self.said("gb-mine-feedback")
+        details = row.locator("details")
+        if details.count() and details.get_attribute("open") is not None:
+            # refused: the student closes the form (the page waits while it is open)
+            row.locator("summary").click()
+        after = self.bookings(show_past=True).get(booking["id"], {})
+        if (kind == "success") != (after.get("end") != booking["end"]):
+            ends = f"{booking['end']} -> {after.get('end')}"
+            self.fail(f"changing the end of {booking['id']} said {kind} ({text}); its end {ends}")
+        return f"booking {booking['id']}: {kind}: {text}"
+
+    def end_or_cancel(self) -> str:
+        booking = self.choose(self.visible_active(*ACTIVE))
+        if booking is None:
+            return "nothing to end"
+        label = "End now" if booking["state"] == "active" else "Cancel"
+        self.clear_feedback("gb-mine-feedback")
+        self.page.get_by_role("button", name=f"{label} booking {booking['id']} (", exact=False).click()
+        kind, text = self.said("gb-mine-feedback")
+        state = self.bookings(show_past=True).get(booking["id"], {}).get("state")
+        if (kind == "success") != (state not in ACTIVE):
+            self.fail(f"{label} of {booking['id']} said {kind} ({text}); the API says {state}")
+        return f"{label} {booking['id']}: {kind}: {text}"
+
+    def toggle_past(self) -> str:
+        self.page.click("#gb-mine-show-past")
+        return f"show past: {self.page.is_checked('#gb-mine-show-past')}"
+
+    def reload(self) -> str:
+        self.page.reload()
+        self.page.wait_for_selector(".gb-pool-row[data-pool] .gb-seg")
+        return "reloaded"
+
+    def other_books(self) -> str:
+        start = self.day + timedelta(hours=self.random.randrange(6))
+        pool = self.random.choice(list(AMOUNTS))
+        body = {"pool": pool, "gpus": 1, "start": utc(start), "end": utc(start + timedelta(hours=2))}
+        answer = self.other.post("api/bookings", json=body)
+        return f"{OTHER} books 1 GPU of {pool} at {start:%H:%M}: {answer.status_code}"
+
+    def other_cancels(self) -> str:
+        answer = self.other.get("api/bookings", params={"user": OTHER, "state": "upcoming"})
+        upcoming = answer.json()["bookings"]
+        if not upcoming:
+            return f"{OTHER} has nothing to cancel"
+        booking = self.random.choice(upcoming)
+        status = self.other.delete(f"api/bookings/{booking['id']}").status_code
+        return f"{OTHER} cancels {booking['id']}: {status}"
+
+    ACTIONS: dict[str, Callable[[PageWalk], str]] = {
+        "book": book,
+        "book again": book,
+        "take the next free interval": take_next_free,
+        "join the waitlist": join_waitlist,
+        "withdraw a wait": withdraw,
+        "extend by a slot": lambda walk: walk.change_end(by_slot=True),
+        "pick a new end": lambda walk: walk.change_end(by_slot=False),
+        "end or cancel": end_or_cancel,
+        "show or hide the past": toggle_past,
+        "reload": reload,
+        "another user books": other_books,
+        "another user cancels": other_cancels,
+    }
+

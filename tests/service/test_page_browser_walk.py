@@ -1,0 +1,30 @@
+"""Seeded random walks of a student's actions on the reservation page, checked against the API
+after every step (see page_walk.py). ``PAGE_WALK_SEED`` runs that one seed instead of 1-3;
+``PAGE_WALK_ACTIONS`` (80) sets the steps of each walk."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from page_browser import open_page, start_page_hub
+from page_walk import STUDENT, PageWalk
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+SEEDS = [int(os.environ["PAGE_WALK_SEED"])] if "PAGE_WALK_SEED" in os.environ else [1, 2, 3]
+ACTIONS = int(os.environ.get("PAGE_WALK_ACTIONS", "80"))
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    refresh = "c.ReservationPage.page_refresh_seconds = 1\n"
+    with start_page_hub(tmp_path_factory.mktemp("walk-hub"), refresh, refresh=True) as running:
+        yield running
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_what_the_page_shows_agrees_with_the_api_after_every_step(hub, context, seed):
+    walk = PageWalk(hub, open_page(context, hub, STUDENT), seed, print)
+    walk.check()
+    walk.run(ACTIONS)
