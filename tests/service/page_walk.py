@@ -2,14 +2,15 @@
 Hub, with what the page shows checked against the API after every step.
 
 The student (ada) books through the form (now or tomorrow, in a few overlapping slots, so
-refusals come), takes the offered next free interval or joins the waitlist, extends, picks a
-new end, ends or cancels, withdraws a wait, ticks "Show ended and cancelled bookings" and
-reloads; meanwhile another user (bob) books and cancels through the API, behind the page's
+refusals come) or by choosing a stretch of the timeline, takes the offered next free interval
+or joins the waitlist, extends, picks a new end, ends or cancels, starts a booking now when the
+page offers it, withdraws a wait, ticks "Show ended and cancelled bookings" and reloads; meanwhile another user (bob) books and cancels through the API, behind the page's
 back. After each step, within a few of the page's own refreshes:
 
 - *My bookings* lists exactly ada's bookings the API lists (those still running or ahead, or
   all from 30 days back when the box is ticked), each once, in its state;
-- the timeline marks exactly her upcoming and active bookings, her waits are exactly the API's;
+- the timeline marks exactly her upcoming and active bookings; her waits and notices are
+  exactly the API's;
 - the page shows no load error and threw no script error;
 - what the page said of the step agrees with the API: a success changed the booking, a
   refusal left it as it was.
@@ -46,6 +47,8 @@ PAGE_STATE = """() => {
       .map((row) => [Number(row.dataset.bookingId), row.dataset.state]),
     marks: ids(".gb-mine[data-booking-id]", "bookingId"),
     waits: ids("#gb-my-waits li[data-wait-id]", "waitId"),
+    notices: [...document.querySelectorAll("#gb-notices [data-kind]")]
+      .map((notice) => [notice.dataset.kind, Number(notice.dataset.bookingId)]),
     error: error.classList.contains("d-none") ? null : error.textContent,
     showPast: document.querySelector("#gb-mine-show-past").checked,
   };
@@ -109,7 +112,13 @@ class PageWalk:
             "rows": sorted((b["id"], b["state"]) for b in bookings if shown["showPast"] or b["state"] in ACTIVE),
             "marks": sorted(b["id"] for b in bookings if b["state"] in ACTIVE),
             "waits": self.waits(),
+            "notices": self.notices(),
         }
+
+    def notices(self) -> list[tuple[str, int]]:
+        answer = self.student.get(f"api/users/{STUDENT}/notices")
+        answer.raise_for_status()
+        return sorted((n["kind"], n["booking_id"]) for n in answer.json()["notices"])
 
     def check(self) -> None:
         """What the page shows agrees with the API, within a few of its refreshes."""
@@ -117,7 +126,7 @@ class PageWalk:
         while True:
             shown = self.page.evaluate(PAGE_STATE)
             seen = {"rows": sorted(map(tuple, shown["rows"])), "marks": sorted(shown["marks"]),
-                    "waits": sorted(shown["waits"])}
+                    "waits": sorted(shown["waits"]), "notices": sorted(map(tuple, shown["notices"]))}
             expected = self.expected(shown)
             if self.script_errors:
                 self.fail(f"the page threw {self.script_errors}")
@@ -166,16 +175,49 @@ class PageWalk:
         else:
             start = self.day + timedelta(hours=self.random.randrange(6))
         end = start + timedelta(hours=self.random.choice([1, 2, 3]))
+        fill_booking_form(self.page, pool, amount, start, end)
+        return f"{amount} of {pool} {start:%H:%M}-{end:%H:%M}: {self.submit_booking()}"
+
+    def book_a_stretch(self) -> str:
+        """Choose a stretch of the timeline (it fills in the form), then book it."""
+        # a quarter of an hour is a pixel or two of the week: a mouse cannot hit it
+        wide = self.page.evaluate(
+            "() => [...document.querySelectorAll('.gb-pool-row[data-pool] .gb-seg')]"
+            ".flatMap((seg, index) => (seg.getBoundingClientRect().width >= 8 ? [index] : []))"
+        )
+        stretch = self.page.locator(".gb-pool-row[data-pool] .gb-seg").nth(self.random.choice(wide))
+        label = stretch.get_attribute("aria-label")
+        stretch.click()
+        return f"{label}: {self.submit_booking()}"
+
+    def submit_booking(self) -> str:
+        """Book what the form holds, with a note of its own; the page's answer agrees with the API."""
         self.notes += 1
         note = f"walk {self.seed}.{self.notes}"
+        self.page.fill("#gb-note", note)
         self.clear_feedback("gb-form-feedback")
-        fill_booking_form(self.page, pool, amount, start, end, note=note)
         self.page.click("#gb-book-button")
         kind, text = self.said("gb-form-feedback")
         made = [b for b in self.bookings().values() if b["note"] == note]
         if (kind == "success") != (len(made) == 1):
             self.fail(f"booking {note} said {kind} ({text}) but the API lists {made}")
-        return f"{amount} of {pool} {start:%H:%M}-{end:%H:%M}: {kind}: {text}"
+        return f"{kind}: {text}"
+
+    def start_now(self) -> str:
+        offers = self.page.locator('#gb-notices [data-kind="start_early"] button')
+        if not offers.count():
+            return "no offer to start early"
+        offer = offers.nth(self.random.randrange(offers.count()))
+        booking_id = int(offer.get_attribute("aria-label").split()[2])
+        before = self.bookings()[booking_id]["start"]
+        self.clear_feedback("gb-mine-feedback")
+        offer.click()
+        kind, text = self.said("gb-mine-feedback")
+        # it starts in the running slot, or at the next one when the running one is not free
+        after = self.bookings()[booking_id]["start"]
+        if (kind == "success") != (after < before):
+            self.fail(f"starting {booking_id} early said {kind} ({text}); its start {before} -> {after}")
+        return f"booking {booking_id}: {kind}: {text}"
 
     def take_next_free(self) -> str:
         offer = self.page.locator("#gb-next-free-button")
@@ -277,7 +319,8 @@ class PageWalk:
 
     ACTIONS: dict[str, Callable[[PageWalk], str]] = {
         "book": book,
-        "book again": book,
+        "book a stretch of the timeline": book_a_stretch,
+        "start a booking now": start_now,
         "take the next free interval": take_next_free,
         "join the waitlist": join_waitlist,
         "withdraw a wait": withdraw,
