@@ -1,11 +1,12 @@
-"""A seeded random walk of what a student does on the reservation page, in Chromium on a real
-Hub, with what the page shows checked against the API after every step.
+"""Seeded random walks of what people do on the reservation page, in Chromium on a real Hub,
+with what the page shows checked against the API after every step.
 
-The student (ada) books through the form (now or tomorrow, in a few overlapping slots, so
-refusals come) or by choosing a stretch of the timeline, takes the offered next free interval
-or joins the waitlist, extends, picks a new end, ends or cancels, starts a booking now when the
-page offers it, withdraws a wait, ticks "Show ended and cancelled bookings" and reloads; meanwhile another user (bob) books and cancels through the API, behind the page's
-back. After each step, within a few of the page's own refreshes:
+The student (ada, :class:`StudentWalk`) books through the form (now or tomorrow, in a few
+overlapping slots, so refusals come) or by choosing a stretch of the timeline, takes the
+offered next free interval or joins the waitlist, extends, picks a new end, ends or cancels,
+starts a booking now when the page offers it, withdraws a wait, ticks "Show ended and
+cancelled bookings" and reloads; meanwhile another user (bob) books and cancels through the
+API, behind the page's back. After each step, within a few of the page's own refreshes:
 
 - *My bookings* lists exactly ada's bookings the API lists (those still running or ahead, or
   all from 30 days back when the box is ticked), each once, in its state;
@@ -15,8 +16,8 @@ back. After each step, within a few of the page's own refreshes:
 - what the page said of the step agrees with the API: a success changed the booking, a
   refusal left it as it was.
 
-``PAGE_WALK_SEED`` and ``PAGE_WALK_ACTIONS`` pick the walk; a failure names the seed, the step
-and every step before it.
+The admin's walk is in page_walk_admin.py. ``PAGE_WALK_SEED`` and ``PAGE_WALK_ACTIONS`` pick
+the walk; a failure names the seed, the step and every step before it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ PAST_DAYS = 30  # booking.js PAST_DAYS
 CATCH_UP_SECONDS = 10
 AMOUNTS = {"a100": ["1 GPU", "2 GPUs"], "shared": ["1/4 GPU", "1/2 GPU", "3/4 GPU", "1 GPU"]}
 
-PAGE_STATE = """() => {
+STUDENT_PAGE = """() => {
   const ids = (selector, key) => [...document.querySelectorAll(selector)].map((e) => Number(e.dataset[key]));
   const error = document.querySelector("#gb-load-error");
   return {
@@ -60,6 +61,12 @@ def slot_floor(when: datetime) -> datetime:
 
 
 class PageWalk:
+    """A walk of one user's page: ``ACTIONS`` (name -> step, which says what happened),
+    ``STATE`` (a script reading what the page shows) and ``expected`` (the same from the API)."""
+
+    ACTIONS: dict[str, Callable[[PageWalk], str]] = {}
+    STATE = ""
+
     def __init__(self, hub, page, seed: int, log: Callable[[str], None]):
         self.hub = hub
         self.page = page
@@ -74,16 +81,15 @@ class PageWalk:
         zone = ZoneInfo(BROWSER_ZONE)
         tomorrow = datetime.now(zone).date() + timedelta(days=1)
         self.day = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 8, tzinfo=zone)
-        self.notes = 0
 
     # ------------------------------------------------------------ the walk
 
+    def next_action(self) -> str:
+        return self.random.choice(list(self.ACTIONS))
+
     def run(self, actions: int) -> None:
         for number in range(1, actions + 1):
-            kind = self.random.choice(list(self.ACTIONS))
-            if self.random.random() < 0.5 and self.page.locator("#gb-next-free-button, #gb-join-waitlist").count():
-                # a refusal offers these only until the next booking: take them often enough
-                kind = self.random.choice(["take the next free interval", "join the waitlist"])
+            kind = self.next_action()
             said = self.ACTIONS[kind](self)
             self.steps.append(f"{number}. {kind}: {said}")
             self.log(self.steps[-1])
@@ -95,43 +101,34 @@ class PageWalk:
 
     # ------------------------------------------------------------ what the API says
 
-    def bookings(self, show_past: bool = False) -> dict[int, dict]:
+    def bookings(self, show_past: bool = False, client=None, user: str | None = STUDENT) -> dict[int, dict]:
+        """The bookings a table of the page lists: ``user``'s (everyone's for None), as the
+        ``client`` sees them, from the running slot (or 30 days back)."""
         start = slot_floor(datetime.now(timezone.utc)) - timedelta(days=PAST_DAYS if show_past else 0)
-        answer = self.student.get("api/bookings", params={"user": STUDENT, "start": format_time(start)})
+        params = {"start": format_time(start), "limit": 500, **({"user": user} if user else {})}
+        answer = (client or self.student).get("api/bookings", params=params)
         answer.raise_for_status()
+        if answer.json().get("next_cursor"):
+            self.fail("the walk made more bookings than one page of the page's table holds")
         return {b["id"]: b for b in answer.json()["bookings"]}
 
-    def waits(self) -> list[int]:
-        answer = self.student.get("api/waits", params={"user": STUDENT, "state": "waiting"})
-        answer.raise_for_status()
-        return sorted(w["id"] for w in answer.json()["waits"])
-
     def expected(self, shown: dict) -> dict:
-        bookings = self.bookings(shown["showPast"]).values()
-        return {
-            "rows": sorted((b["id"], b["state"]) for b in bookings if shown["showPast"] or b["state"] in ACTIVE),
-            "marks": sorted(b["id"] for b in bookings if b["state"] in ACTIVE),
-            "waits": self.waits(),
-            "notices": self.notices(),
-        }
-
-    def notices(self) -> list[tuple[str, int]]:
-        answer = self.student.get(f"api/users/{STUDENT}/notices")
-        answer.raise_for_status()
-        return sorted((n["kind"], n["booking_id"]) for n in answer.json()["notices"])
+        raise NotImplementedError
 
     def check(self) -> None:
         """What the page shows agrees with the API, within a few of its refreshes."""
         deadline = time.monotonic() + CATCH_UP_SECONDS
         while True:
-            shown = self.page.evaluate(PAGE_STATE)
-            seen = {"rows": sorted(map(tuple, shown["rows"])), "marks": sorted(shown["marks"]),
-                    "waits": sorted(shown["waits"]), "notices": sorted(map(tuple, shown["notices"]))}
+            shown = self.page.evaluate(self.STATE)
+            error = shown.pop("error")
+            # lists compare sorted, with rows shown twice counted twice
+            seen = {key: sorted(tuple(x) if isinstance(x, list) else x for x in value)
+                    if isinstance(value, list) else value for key, value in shown.items()}
             expected = self.expected(shown)
             if self.script_errors:
                 self.fail(f"the page threw {self.script_errors}")
-            if shown["error"]:
-                self.fail(f"the page shows a load error: {shown['error']}")
+            if error:
+                self.fail(f"the page shows a load error: {error}")
             if seen == expected:
                 return
             if time.monotonic() > deadline:
@@ -142,11 +139,7 @@ class PageWalk:
 
     def settle(self) -> None:
         """Until every action button is enabled again (``oneAtATime`` disables it meanwhile)."""
-        self.page.wait_for_function(
-            "() => !document.querySelector('#gb-book-button').disabled"
-            " && ![...document.querySelectorAll('#gb-my-bookings button, #gb-my-waits button')]"
-            ".some((button) => button.disabled)"
-        )
+        self.page.wait_for_function("() => ![...document.querySelectorAll('button')].some((b) => b.disabled)")
 
     def clear_feedback(self, box: str) -> None:
         self.page.evaluate(f"() => document.querySelector('#{box}').classList.add('d-none')")
@@ -158,13 +151,49 @@ class PageWalk:
         kind = "success" if "alert-success" in (alert.get_attribute("class") or "") else "danger"
         return kind, alert.inner_text()
 
+
+class StudentWalk(PageWalk):
+    """The student's page: the form, "My bookings", waits and notices."""
+
+    STATE = STUDENT_PAGE
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.notes = 0
+
+    def next_action(self) -> str:
+        if self.random.random() < 0.5 and self.page.locator("#gb-next-free-button, #gb-join-waitlist").count():
+            # a refusal offers these only until the next booking: take them often enough
+            return self.random.choice(["take the next free interval", "join the waitlist"])
+        return super().next_action()
+
+    def expected(self, shown: dict) -> dict:
+        bookings = self.bookings(shown["showPast"]).values()
+        return {
+            "rows": sorted((b["id"], b["state"]) for b in bookings if shown["showPast"] or b["state"] in ACTIVE),
+            "marks": sorted(b["id"] for b in bookings if b["state"] in ACTIVE),
+            "waits": self.waits(),
+            "notices": self.notices(),
+            "showPast": shown["showPast"],
+        }
+
+    def waits(self) -> list[int]:
+        answer = self.student.get("api/waits", params={"user": STUDENT, "state": "waiting"})
+        answer.raise_for_status()
+        return sorted(w["id"] for w in answer.json()["waits"])
+
+    def notices(self) -> list[tuple[str, int]]:
+        answer = self.student.get(f"api/users/{STUDENT}/notices")
+        answer.raise_for_status()
+        return sorted((n["kind"], n["booking_id"]) for n in answer.json()["notices"])
+
     # ------------------------------------------------------------ steps
 
     def choose(self, bookings: list[dict]) -> dict | None:
         return self.random.choice(bookings) if bookings else None
 
     def visible_active(self, *states: str) -> list[dict]:
-        shown = {row[0] for row in self.page.evaluate(PAGE_STATE)["rows"]}
+        shown = {row[0] for row in self.page.evaluate(self.STATE)["rows"]}
         return [b for b in self.bookings().values() if b["state"] in states and b["id"] in shown]
 
     def book(self) -> str:
