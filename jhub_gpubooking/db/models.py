@@ -176,7 +176,12 @@ class MaintenanceWindowRow(Base):
     """An admin block of a whole pool (``node`` NULL) or one node."""
 
     __tablename__ = "maintenance_windows"
-    __table_args__ = (Index("ix_maintenance_windows_pool_end_start", "pool", "end", "start"),)
+    # windows are deleted, not kept: on SQLite, AUTOINCREMENT keeps a deleted window's id from
+    # being given to the next one, so a retried DELETE cannot remove a newer window (migration 0005)
+    __table_args__ = (
+        Index("ix_maintenance_windows_pool_end_start", "pool", "end", "start"),
+        {"sqlite_autoincrement": True},
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     pool: Mapped[str] = mapped_column(ForeignKey("pools.name"))

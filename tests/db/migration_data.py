@@ -444,6 +444,29 @@ REVISIONS.append(
     )
 )
 
+# 0005 rebuilds maintenance_windows on SQLite (AUTOINCREMENT): no column changes; a window
+# written at 0005 with an id after a gap, as deletions leave
+REVISIONS.append(
+    RevisionData(
+        "0005",
+        columns={},
+        rows={
+            "maintenance_windows": [
+                {
+                    "id": 7,
+                    "pool": "t4",
+                    "node": "node-c",
+                    "start": t("2030-02-08 18:00:00"),
+                    "end": t("2030-02-08 20:00:00"),
+                    "reason": "",
+                    "created": t("2030-02-01 09:30:00"),
+                    "created_by": None,
+                }
+            ]
+        },
+    )
+)
+
 REVISION_IDS = [data.revision for data in REVISIONS]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from migration_data import REVISION_IDS, expected_rows, read_rows, write_rows
+from migration_data import REVISION_IDS, expected_rows, read_rows, table_at, write_rows
 from sqlalchemy import inspect
 
 from jhub_gpubooking.db.models import Base
@@ -150,6 +150,32 @@ def test_every_downgrade_step_keeps_the_remaining_history(db_url, open_database)
         expected_rows(written, head_revision())["bookings"]
     )
     assert_equals_the_models(db_url)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_after_the_upgrade_a_deleted_windows_id_is_not_given_again(db_url):
+    """0005 on a SQLite database with windows: the highest id, once deleted, stays used. (The
+    servers' sequences never reuse an id; their rows here were written with explicit ids,
+    which a sequence does not see, so the same insert would collide there.)"""
+    from sqlalchemy import delete, insert, select
+
+    for revision in REVISION_IDS[:-1]:
+        upgrade(db_url, revision)
+        write(db_url, revision)
+    upgrade(db_url)
+    engine = make_engine(db_url)
+    try:
+        windows = table_at(head_revision(), "maintenance_windows")
+        with engine.begin() as connection:
+            highest = connection.execute(select(windows.c.id).order_by(windows.c.id.desc())).first()[0]
+            connection.execute(delete(windows).where(windows.c.id == highest))
+            row = {**rows_of(db_url, REVISION_IDS[-2])["maintenance_windows"][0]}
+            del row["id"]
+            connection.execute(insert(windows).values(**row))
+            ids = connection.execute(select(windows.c.id)).scalars().all()
+        assert highest not in ids and max(ids) > highest
+    finally:
+        engine.dispose()
 
 
 def test_the_reported_case_upgrades_with_the_cli(db_url, capsys):

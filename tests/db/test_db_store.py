@@ -352,6 +352,18 @@ def test_pool_wide_maintenance_collides_with_every_overlapping_booking(store):
     assert [b.id for b in colliding] == [first.id]
 
 
+def test_a_deleted_maintenance_windows_id_is_never_given_to_another(store):
+    """A DELETE retried after its answer was lost must not remove a newer window: SQLite gave
+    the highest id again once its window was deleted (the servers' sequences never do)."""
+    window, _ = store.add_maintenance("a100", at(11), at(12), reason="first")
+    store.delete_maintenance(window.id)
+    newer, _ = store.add_maintenance("a100", at(11), at(12), reason="second")
+    assert newer.id != window.id
+    with pytest.raises(NotFound):
+        store.delete_maintenance(window.id)
+    assert store.list_maintenance() == [newer]
+
+
 def test_maintenance_refusals(store):
     with pytest.raises(InvalidRequest, match="Pool a100 has no node named 'node-x'."):
         store.add_maintenance("a100", at(11), at(12), node="node-x")
