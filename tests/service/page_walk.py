@@ -141,15 +141,24 @@ class PageWalk:
         """Until every action button is enabled again (``oneAtATime`` disables it meanwhile)."""
         self.page.wait_for_function("() => ![...document.querySelectorAll('button')].some((b) => b.disabled)")
 
-    def clear_feedback(self, box: str) -> None:
+    def press(self, button, box: str) -> tuple[str, str]:
+        """Click ``button`` (a locator); (kind, text) of what the page then says in the alert
+        ``box`` ("success" or "danger"), once the action has settled."""
         self.page.evaluate(f"() => document.querySelector('#{box}').classList.add('d-none')")
-
-    def said(self, box: str) -> tuple[str, str]:
+        button.click()
         self.settle()
         alert = self.page.locator(f"#{box}")
         alert.wait_for(state="visible")
         kind = "success" if "alert-success" in (alert.get_attribute("class") or "") else "danger"
         return kind, alert.inner_text()
+
+    def agree(self, answer: tuple[str, str], changed: bool, what: str, api_shows: object) -> str:
+        """What the page said of ``what`` agrees with the API: a success changed it, a refusal
+        left it as it was (``changed``: what the API shows now, ``api_shows``)."""
+        kind, text = answer
+        if (kind == "success") != changed:
+            self.fail(f"{what}: the page said {kind} ({text}), the API shows {api_shows}")
+        return f"{kind}: {text}"
 
 
 class StudentWalk(PageWalk):
@@ -224,13 +233,9 @@ class StudentWalk(PageWalk):
         self.notes += 1
         note = f"walk {self.seed}.{self.notes}"
         self.page.fill("#gb-note", note)
-        self.clear_feedback("gb-form-feedback")
-        self.page.click("#gb-book-button")
-        kind, text = self.said("gb-form-feedback")
+        answer = self.press(self.page.locator("#gb-book-button"), "gb-form-feedback")
         made = [b for b in self.bookings().values() if b["note"] == note]
-        if (kind == "success") != (len(made) == 1):
-            self.fail(f"booking {note} said {kind} ({text}) but the API lists {made}")
-        return f"{kind}: {text}"
+        return self.agree(answer, len(made) == 1, f"booking {note}", made)
 
     def start_now(self) -> str:
         offers = self.page.locator('#gb-notices [data-kind="start_early"] button')
@@ -239,36 +244,27 @@ class StudentWalk(PageWalk):
         offer = offers.nth(self.random.randrange(offers.count()))
         booking_id = int(offer.get_attribute("aria-label").split()[2])
         before = self.bookings()[booking_id]["start"]
-        self.clear_feedback("gb-mine-feedback")
-        offer.click()
-        kind, text = self.said("gb-mine-feedback")
+        answer = self.press(offer, "gb-mine-feedback")
         # it starts in the running slot, or at the next one when the running one is not free
         after = self.bookings()[booking_id]["start"]
-        if (kind == "success") != (after < before):
-            self.fail(f"starting {booking_id} early said {kind} ({text}); its start {before} -> {after}")
-        return f"booking {booking_id}: {kind}: {text}"
+        said = self.agree(answer, after < before, f"starting {booking_id} early", f"start {before} -> {after}")
+        return f"booking {booking_id}: {said}"
 
     def take_next_free(self) -> str:
         offer = self.page.locator("#gb-next-free-button")
         if not offer.is_visible():
             return "no next free interval offered"
         before = set(self.bookings())
-        self.clear_feedback("gb-form-feedback")
-        offer.click()
-        kind, text = self.said("gb-form-feedback")
+        answer = self.press(offer, "gb-form-feedback")
         added = set(self.bookings()) - before
-        if (kind == "success") != (len(added) == 1):
-            self.fail(f"the next free interval said {kind} ({text}) but the API added {added}")
-        return f"{kind}: {text}"
+        return self.agree(answer, len(added) == 1, "the next free interval", f"new bookings {added}")
 
     def join_waitlist(self) -> str:
         join = self.page.locator("#gb-join-waitlist")
         if not join.is_visible():
             return "no waitlist offered"
         before = self.waits()
-        self.clear_feedback("gb-form-feedback")
-        join.click()
-        kind, text = self.said("gb-form-feedback")
+        kind, text = self.press(join, "gb-form-feedback")
         return f"{kind}: {text} (waiting before: {before})"
 
     def withdraw(self) -> str:
@@ -276,9 +272,9 @@ class StudentWalk(PageWalk):
         if not waits:
             return "no wait"
         wait = self.random.choice(waits)
-        self.clear_feedback("gb-mine-feedback")
-        self.page.get_by_role("button", name=f"Withdraw wait {wait}", exact=True).click()
-        kind, text = self.said("gb-mine-feedback")
+        button = self.page.get_by_role("button", name=f"Withdraw wait {wait}", exact=True)
+        kind, text = self.press(button, "gb-mine-feedback")
+        # (a refusal may come for a wait booked meanwhile: it no longer waits either)
         if kind == "success" and wait in self.waits():
             self.fail(f"withdrawing wait {wait} said {text} but it still waits")
         return f"wait {wait}: {kind}: {text}"
@@ -288,38 +284,32 @@ class StudentWalk(PageWalk):
         if booking is None:
             return "nothing to change"
         row = self.page.locator(f'#gb-my-bookings tr[data-booking-id="{booking["id"]}"]')
-        self.clear_feedback("gb-mine-feedback")
         if by_slot:
-            row.get_by_role("button", name=f"Extend booking {booking['id']} by 15 minutes").click()
+            button = row.get_by_role("button", name=f"Extend booking {booking['id']} by 15 minutes")
         else:
             end = datetime.fromisoformat(booking["end"].replace("Z", "+00:00"))
             new_end = end + timedelta(minutes=self.random.choice([-60, -15, 30, 90]))
             row.locator("summary").click()
             self.page.fill(f"#gb-new-end-{booking['id']}", local_input(new_end))
-            row.get_by_role("button", name="Save").click()
-        kind, text = self.said("gb-mine-feedback")
+            button = row.get_by_role("button", name="Save")
+        answer = self.press(button, "gb-mine-feedback")
         details = row.locator("details")
         if details.count() and details.get_attribute("open") is not None:
             # refused: the student closes the form (the page waits while it is open)
             row.locator("summary").click()
-        after = self.bookings(show_past=True).get(booking["id"], {})
-        if (kind == "success") != (after.get("end") != booking["end"]):
-            ends = f"{booking['end']} -> {after.get('end')}"
-            self.fail(f"changing the end of {booking['id']} said {kind} ({text}); its end {ends}")
-        return f"booking {booking['id']}: {kind}: {text}"
+        end = self.bookings(show_past=True).get(booking["id"], {}).get("end")
+        said = self.agree(answer, end != booking["end"], f"the end of {booking['id']}", f"end {end}")
+        return f"booking {booking['id']}: {said}"
 
     def end_or_cancel(self) -> str:
         booking = self.choose(self.visible_active(*ACTIVE))
         if booking is None:
             return "nothing to end"
         label = "End now" if booking["state"] == "active" else "Cancel"
-        self.clear_feedback("gb-mine-feedback")
-        self.page.get_by_role("button", name=f"{label} booking {booking['id']} (", exact=False).click()
-        kind, text = self.said("gb-mine-feedback")
+        button = self.page.get_by_role("button", name=f"{label} booking {booking['id']} (")
+        answer = self.press(button, "gb-mine-feedback")
         state = self.bookings(show_past=True).get(booking["id"], {}).get("state")
-        if (kind == "success") != (state not in ACTIVE):
-            self.fail(f"{label} of {booking['id']} said {kind} ({text}); the API says {state}")
-        return f"{label} {booking['id']}: {kind}: {text}"
+        return f"{label} {booking['id']}: {self.agree(answer, state not in ACTIVE, label, state)}"
 
     def toggle_past(self) -> str:
         self.page.click("#gb-mine-show-past")

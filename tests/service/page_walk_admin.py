@@ -83,26 +83,20 @@ class AdminWalk(PageWalk):
         self.page.fill("#gb-mw-start", local_input(start))
         self.page.fill("#gb-mw-end", local_input(end))
         self.page.fill("#gb-mw-reason", reason)
-        self.clear_feedback("gb-admin-feedback")
-        self.page.click("#gb-mw-create")
-        kind, text = self.said("gb-admin-feedback")
+        answer = self.press(self.page.locator("#gb-mw-create"), "gb-admin-feedback")
         made = [w for w in self.admin.get("api/maintenance").json()["windows"] if w["reason"] == reason]
-        if (kind == "success") != (len(made) == 1):
-            self.fail(f"window {reason} said {kind} ({text}) but the API lists {made}")
-        return f"{pool} {node or 'whole pool'} {start:%H:%M}-{end:%H:%M}: {kind}: {text}"
+        said = self.agree(answer, len(made) == 1, f"window {reason}", made)
+        return f"{pool} {node or 'whole pool'} {start:%H:%M}-{end:%H:%M}: {said}"
 
     def delete_window(self) -> str:
         shown = self.page.evaluate(self.STATE)["windows"]
         if not shown:
             return "no window"
         window = self.random.choice(shown)
-        self.clear_feedback("gb-admin-feedback")
-        self.page.get_by_role("button", name=f"Delete maintenance window {window}", exact=True).click()
-        kind, text = self.said("gb-admin-feedback")
+        button = self.page.get_by_role("button", name=f"Delete maintenance window {window}", exact=True)
+        answer = self.press(button, "gb-admin-feedback")
         left = [w["id"] for w in self.admin.get("api/maintenance").json()["windows"]]
-        if (kind == "success") != (window not in left):
-            self.fail(f"deleting window {window} said {kind} ({text}); the API lists {left}")
-        return f"window {window}: {kind}: {text}"
+        return f"window {window}: {self.agree(answer, window not in left, 'deleting it', left)}"
 
     def end_anyones(self) -> str:
         shown = {row[0] for row in self.page.evaluate(self.STATE)["rows"]}
@@ -112,15 +106,10 @@ class AdminWalk(PageWalk):
             return "nothing to end"
         booking = self.random.choice(bookings)
         label = "Force end now" if booking["state"] == "active" else "Force cancel"
-        self.clear_feedback("gb-admin-feedback")
-        self.page.locator("#gb-all-bookings").get_by_role(
-            "button", name=f"{label} booking {booking['id']} ("
-        ).click()
-        kind, text = self.said("gb-admin-feedback")
+        button = self.page.locator("#gb-all-bookings").get_by_role("button", name=f"{label} booking {booking['id']} (")
+        answer = self.press(button, "gb-admin-feedback")
         state = self.bookings(True, client=self.admin, user=None).get(booking["id"], {}).get("state")
-        if (kind == "success") != (state not in ACTIVE):
-            self.fail(f"{label} of {booking['id']} said {kind} ({text}); the API says {state}")
-        return f"{label} {booking['user']}'s {booking['id']}: {kind}: {text}"
+        return f"{label} {booking['user']}'s {booking['id']}: {self.agree(answer, state not in ACTIVE, label, state)}"
 
     def toggle_past(self) -> str:
         self.page.click("#gb-all-show-past")
