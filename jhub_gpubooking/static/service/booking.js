@@ -79,7 +79,7 @@ async function loadTimeline(mayDraw = () => true) {
   const query = new URLSearchParams({ start: toUtcIso(range.start), end: toUtcIso(range.end) });
   const availabilities = await Promise.all(page.pools.map(
     (pool) => api("GET", `pools/${encodeURIComponent(pool.name)}/availability?${query}`)));
-  if (!isNewest() || !mayDraw()) return; // another range was chosen meanwhile
+  if (!isNewest() || !mayDraw()) return; // another range chosen, or the user now works in it
   renderTimeline($("gb-timeline"), {
     pools: page.pools, availabilities, myBookings: page.myBookings, range,
     detail: $("gb-timeline-detail"), onChoose: chooseStretch,
