@@ -135,7 +135,9 @@ class HeldRequests:
             else:
                 route.continue_()
 
-        page.route(lambda url: part in url, hold)
+        self._matches = lambda url: part in url
+        self._hold = hold
+        page.route(self._matches, hold)
 
     def wait_for(self, count: int) -> None:
         for _ in range(200):  # they reach the route within 10 s
@@ -147,6 +149,11 @@ class HeldRequests:
     def release(self, routes) -> None:
         for route in routes:
             route.continue_()
+
+    def let_go(self) -> None:
+        """Stop holding: the held requests go on, and later ones pass."""
+        self.release(self.routes)
+        self.page.unroute(self._matches, self._hold)
 
     def one_request_of_a_double_click(self, button) -> None:
         """Double-click ``button`` (a locator): exactly one request comes; let it go."""
