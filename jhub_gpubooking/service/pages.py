@@ -151,8 +151,9 @@ class ReservationPage(LoggingConfigurable):
         min=0,
         help="Seconds between the reservation page's refreshes of its own while it is open and "
         "visible: a booking ended, released or booked from the waitlist, a new notice, the "
-        "timeline then show without a reload. A hidden tab does not refresh (it does at once when "
-        "shown again), nor does the page while the user is changing a booking in it. Each refresh "
+        "timeline then show without a reload. A hidden tab does not refresh; shown again after at "
+        "least this long, it refreshes at once. Nor does the page refresh while the user is "
+        "changing a booking in it. Each refresh "
         "reads about six API routes (more for admins); 0 turns it off.",
     ).tag(config=True)
     page_title = Unicode("GPU bookings", help="Title of the reservation page.").tag(config=True)

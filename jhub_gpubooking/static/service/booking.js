@@ -274,7 +274,7 @@ function moreButton(list, label, render) {
 /** Load "My bookings": the first page, or with `keepPages` as many as shown now (a refresh). */
 async function loadMyBookings(keepPages = false) {
   const params = { user: config.user, ...listWindow($("gb-mine-show-past").checked) };
-  await (keepPages ? page.mine.refill(params) : page.mine.load(params));
+  await page.mine.load(params, { keepPages });
 }
 
 function renderMyBookings() {
@@ -407,7 +407,7 @@ async function loadAdmin(keepPages = false) {
   const since = listWindow($("gb-all-show-past").checked);
   // maintenance windows still running or ahead; past ones no longer block anything
   const lists = [[page.all, since], [page.windows, listWindow(false)]];
-  await Promise.all(lists.map(([list, params]) => (keepPages ? list.refill(params) : list.load(params))));
+  await Promise.all(lists.map(([list, params]) => list.load(params, { keepPages })));
   renderAllBookings();
   renderMaintenance();
 }
@@ -505,13 +505,13 @@ async function refresh({ auto = false } = {}) {
   if (config.isAdmin) await Promise.all([loadAdmin(true), loadHolders(), loadReport()]);
 }
 
-/** Whether the user is working in what a refresh draws again: a "New end…" open in a table
- * (maybe half typed), or a keyboard user moving along the timeline. A focused button does not
+/** Whether the user is working in what a refresh draws again: a "New end…" open in "My
+ * bookings" (maybe half typed; everyone's bookings have none), or a keyboard user moving along the timeline. A focused button does not
  * count: one that keeps the focus after a refusal would stop the refreshes until the user
  * clicked elsewhere. */
 function userIsEditing() {
   return $("gb-timeline").contains(document.activeElement)
-    || ["gb-my-bookings", "gb-all-bookings"].some((id) => $(id)?.querySelector("details[open]"));
+    || $("gb-my-bookings").querySelector("details[open]") !== null;
 }
 
 /** Refresh, and say so on the page when that fails (the service or its database may be down

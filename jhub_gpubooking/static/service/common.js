@@ -138,22 +138,18 @@ export class PagedList {
     this.loads = new NewestLoad();
   }
 
-  /** Load the first page for these query parameters, forgetting earlier pages. */
-  load(params) {
+  /** Load the list for these query parameters: its first page, or with `keepPages` at least as
+   * many items as it holds now (a refresh keeps the pages the user opened with "Show more").
+   * Earlier pages are forgotten either way: the list is read again from its start. */
+  async load(params, { keepPages = false } = {}) {
+    const shown = keepPages ? this.items.length : 0;
     this.params = params;
     this.items = [];
     this.cursor = null;
     this.isNewest = this.loads.begin();
     this.next = null;
-    return this.more();
-  }
-
-  /** Load the list again for these query parameters, at least as many items as it holds now
-   * (a refresh keeps the pages the user opened with "Show more"). */
-  async refill(params) {
-    const shown = this.items.length;
-    await this.load(params);
     const isNewest = this.isNewest;
+    await this.more();
     while (isNewest() && this.hasMore && this.items.length < shown) await this.more();
   }
 
