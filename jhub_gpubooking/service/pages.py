@@ -28,7 +28,9 @@ TEMPLATE_NAME = "service/reservation.html"
 ASSET_PATH = "static/service/"
 #: ES modules that booking.js imports; the page maps each to its versioned URL (an import map)
 #: so a new release never mixes fresh and cached modules.
-PAGE_MODULES = ("common.js", "timeline.js", "planning.js", "waitlist.js")
+PAGE_MODULES = (
+    "common.js", "page.js", "tables.js", "timeline.js", "planning.js", "waitlist.js", "admin.js",
+)
 PAGE_ASSETS = ("booking.js", "booking.css", *PAGE_MODULES)
 
 _templates = jinja2.Environment(

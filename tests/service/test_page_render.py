@@ -25,6 +25,9 @@ ASSET_URLS = {
     "timeline.js": f"{SERVICE_PREFIX}static/service/timeline.js?v=456",
     "planning.js": f"{SERVICE_PREFIX}static/service/planning.js?v=789",
     "waitlist.js": f"{SERVICE_PREFIX}static/service/waitlist.js?v=0ab",
+    "page.js": f"{SERVICE_PREFIX}static/service/page.js?v=0cd",
+    "tables.js": f"{SERVICE_PREFIX}static/service/tables.js?v=0ef",
+    "admin.js": f"{SERVICE_PREFIX}static/service/admin.js?v=1ab",
 }
 
 
@@ -117,6 +120,9 @@ def test_page_context_builds_every_url_from_the_prefixes():
                 "/lab/services/gpus/static/service/timeline.js": "/lab/services/gpus/static/service/timeline.js?v=456",
                 "/lab/services/gpus/static/service/planning.js": "/lab/services/gpus/static/service/planning.js?v=789",
                 "/lab/services/gpus/static/service/waitlist.js": "/lab/services/gpus/static/service/waitlist.js?v=0ab",
+                "/lab/services/gpus/static/service/page.js": "/lab/services/gpus/static/service/page.js?v=0cd",
+                "/lab/services/gpus/static/service/tables.js": "/lab/services/gpus/static/service/tables.js?v=0ef",
+                "/lab/services/gpus/static/service/admin.js": "/lab/services/gpus/static/service/admin.js?v=1ab",
             }
         },
         "page_config": {
@@ -267,7 +273,9 @@ def test_page_served_through_the_hub_links_its_assets_and_its_xsrf_token_works(b
         for plain_url, versioned_url in json.loads(page.import_map_text)["imports"].items():
             assert versioned_url.startswith(plain_url + "?v=")
             modules[plain_url.rsplit("/", 1)[1]] = versioned_url
-        assert set(modules) == {"booking.js", "common.js", "timeline.js", "planning.js", "waitlist.js"}
+        # every module of the page's folder, each at its versioned URL (a module missing from
+        # the import map would load unversioned: a stale copy from the cache after an upgrade)
+        assert set(modules) == {path.name for path in pages.STATIC_DIR.glob("*.js")}
         for name, url in modules.items():
             script = session.get(hub.public_url + url)
             assert script.status_code == 200

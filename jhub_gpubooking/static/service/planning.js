@@ -3,6 +3,7 @@
 // The rules stay in the API; this only shows its answers and refusals.
 
 import { $, NewestLoad, api, config, el, formatTime, oneAtATime, parseUtc } from "./common.js";
+import { act } from "./page.js";
 
 const hours = (value) => Number(value.toFixed(2)).toString();
 const budgetLoads = new NewestLoad();
@@ -52,7 +53,7 @@ export function seriesBadge(booking) {
 }
 
 /** "Cancel series" for a booking that is one occurrence of a series. */
-export function cancelSeriesButton(booking, box, act) {
+export function cancelSeriesButton(booking, box) {
   if (booking.series_id === null || booking.series_id === undefined) return null;
   return el("button", {
     type: "button", class: "btn btn-sm btn-outline-danger",

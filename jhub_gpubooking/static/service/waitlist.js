@@ -6,11 +6,12 @@ import {
   HOUR_MS, NewestLoad, SLOT_MS, api, config, el, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc,
   oneAtATime, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
+import { act, poolName, slicesOf } from "./page.js";
 
 const waitLoads = new NewestLoad();
 
 /** What a wait asks for, in words: amount, pool and when. */
-function describe(wait, poolName, slicesOf) {
+function describe(wait) {
   const start = parseUtc(wait.start);
   const what = `${formatGpus(wait.gpus, slicesOf(wait.pool))} in ${poolName(wait.pool)}`;
   if (wait.window_end === wait.end) return `${what}, ${formatSpan(start, parseUtc(wait.end))}`;
@@ -26,7 +27,7 @@ export function hideWaitlistOffer() {
 /** Beside a capacity refusal (409) of ``request``: join the waitlist, for the same interval or
  * for the first interval of that length before a later end the user may choose. Success or
  * refusal is reported in ``box`` (the form's feedback). */
-export function offerWaitlist(box, request, act) {
+export function offerWaitlist(box, request) {
   const end = parseUtc(request.end);
   const input = el("input", {
     type: "datetime-local", class: "form-control form-control-sm", id: "gb-wait-window-end",
@@ -57,7 +58,7 @@ export function offerWaitlist(box, request, act) {
 }
 
 /** The user's waiting requests (and those booked or expired lately) under "My bookings". */
-export async function loadMyWaits(box, act, poolName, slicesOf) {
+export async function loadMyWaits(box) {
   const container = document.getElementById("gb-my-waits");
   if (!container) return;
   const isNewest = waitLoads.begin();
@@ -71,7 +72,7 @@ export async function loadMyWaits(box, act, poolName, slicesOf) {
     el("h3", { class: "h6" }, "Waiting for GPUs"),
     el("ul", { class: "list-unstyled" }, waits.map((wait) => el("li", {
       class: "mb-1", dataset: { waitId: wait.id, state: wait.state },
-    }, `${describe(wait, poolName, slicesOf)} — waiting since ${formatTime(parseUtc(wait.created))}; `
+    }, `${describe(wait)} — waiting since ${formatTime(parseUtc(wait.created))}; `
       + `expires ${formatTime(parseUtc(wait.latest_start) + SLOT_MS)}. `,
     el("button", {
       type: "button", class: "btn btn-sm btn-outline-danger",
