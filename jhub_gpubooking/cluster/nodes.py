@@ -58,11 +58,17 @@ class ClusterInventory:
         # one reference swap: readers in other threads see the old or the new pools, never a mix
         self.store.pools = pools
         self.store.sync_pools()
-        now = self.store.clock.now()
-        live = [b for b in self.store.list(start=now) if b.status == "booked"]
-        self.flags.update(unplaceable_bookings(live, pools, now), {b.id for b in live})
+        flag_unplaceable(self.store, self.flags)
         self.on_pools(pools)
         return pools
+
+
+def flag_unplaceable(store: Any, flags: BookingFlags) -> None:
+    """Flag the bookings not over yet that the store's pools can no longer hold (their pool is
+    gone, their node or GPUs are), and take the flag off those they hold again."""
+    now = store.clock.now()
+    live = [b for b in store.list(start=now) if b.status == "booked"]
+    flags.update(unplaceable_bookings(live, store.pools, now), {b.id for b in live})
 
 
 def _is_transient(error: Exception) -> bool:
@@ -159,8 +165,9 @@ class NodeWatcher:
 
 
 class NodeInventory(LoggingConfigurable):
-    """Pools from the cluster's nodes, GPU UUIDs of configured HAMi pools, and the warnings
-    about pools whose bookings cannot be pinned to their GPU."""
+    """Pools from the cluster's nodes, GPU UUIDs of configured HAMi pools, flags on bookings
+    the pools can no longer hold, and the warnings about pools whose bookings cannot be pinned
+    to their GPU."""
 
     inventory_from_nodes = Bool(
         False,
@@ -197,6 +204,11 @@ class NodeInventory(LoggingConfigurable):
         self.warn_unpinned_pools(self.store.pools)
         self.node_watcher: NodeWatcher | None = None
         if not (self.inventory_from_nodes or self.gpu_uuids_from_nodes):
+            # the pools are the config file's alone: once, at start, flag what an edit of it
+            # left without GPUs (a pool removed or renamed, a node or GPUs taken out), so the
+            # users see it instead of a server that cannot start; a watch does this on every
+            # change of the nodes
+            flag_unplaceable(self.store, self.flags)
             return
         templates = self.inventory_pool_templates if self.inventory_from_nodes else {}
         inventory = ClusterInventory(self.store, templates, self.flags, on_pools=self._use_pools,

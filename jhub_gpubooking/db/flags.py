@@ -7,7 +7,7 @@ theirs at ``api/flagged``, admins all at ``api/admin/flagged`` (:mod:`jhub_gpubo
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -45,12 +45,15 @@ class BookingFlags:
         self.store = store
 
     @staticmethod
-    def _current(session: Session) -> dict[int, Flag]:
-        rows = session.scalars(
+    def _current(session: Session, booking_ids: Collection[int] | None = None) -> dict[int, Flag]:
+        statement = (
             select(BookingEventRow)
             .where(BookingEventRow.kind.in_((FLAGGED, UNFLAGGED)))
             .order_by(BookingEventRow.id)
         )
+        if booking_ids is not None:
+            statement = statement.where(BookingEventRow.booking_id.in_(sorted(booking_ids)))
+        rows = session.scalars(statement)
         flags: dict[int, Flag] = {}
         for row in rows:
             if row.kind == FLAGGED:
@@ -59,9 +62,13 @@ class BookingFlags:
                 flags.pop(row.booking_id, None)
         return flags
 
-    def current(self) -> dict[int, Flag]:
+    def current(self, booking_ids: Collection[int] | None = None) -> dict[int, Flag]:
+        """The flags up now (of ``booking_ids`` only, when given: a user's notices read theirs
+        alone), by booking id."""
+        if booking_ids is not None and not booking_ids:
+            return {}
         with self.store.read_transaction() as session:
-            return self._current(session)
+            return self._current(session, booking_ids)
 
     def update(self, reasons: Mapping[int, str], live_ids: set[int]) -> None:
         """Flag ``reasons`` (id → message); unflag live bookings that are no longer in it."""

@@ -6,6 +6,10 @@ The flags are raised by the node inventory (:mod:`jhub_gpubooking.cluster.nodes`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+
+from ..core.model import Booking, BookingState
 from ..core.timegrid import format_time
 from ..db.flags import BookingFlags, Flag
 from .api import APIHandler
@@ -36,6 +40,27 @@ class FlaggedHandler(APIHandler):
             for b in bookings if b.id in flags and b.status == "booked"
         ]
         self.write_json({"flagged": models})
+
+
+def flagged_notices(bookings: list[Booking], flags: Mapping[int, Flag], now: datetime) -> list[dict]:
+    """One notice per booking of ``bookings`` not over yet that is flagged (``flags``, by
+    booking id): on the reservation page, the user learns it before a server fails to start."""
+    return [
+        {
+            "kind": "flagged",
+            "booking_id": booking.id,
+            "at": format_time(flags[booking.id].at),
+            "message": f"{flags[booking.id].message} It stays booked in case its GPUs come back; "
+            "end or cancel it to book other GPUs instead.",
+        }
+        for booking in not_over(bookings, now)
+        if booking.id in flags
+    ]
+
+
+def not_over(bookings: list[Booking], now: datetime) -> list[Booking]:
+    """The bookings upcoming or active at ``now``: the ones a flag still matters for."""
+    return [b for b in bookings if b.state(now) in (BookingState.UPCOMING, BookingState.ACTIVE)]
 
 
 def flagged_routes(flags: BookingFlags) -> list[tuple[str, type, dict]]:

@@ -199,6 +199,7 @@ function wireFeed() {
 /** The notices as last drawn: the box is a live region, so drawing the same notices again on
  * every refresh would have screen readers read them out again every time. */
 let noticesShown = null;
+const WARNING_NOTICES = new Set(["ending_soon", "flagged"]);
 
 async function loadNotices() {
   const isNewest = loads.notices.begin();
@@ -207,7 +208,8 @@ async function loadNotices() {
   if (!isNewest() || shown === noticesShown) return;
   noticesShown = shown;
   $("gb-notices").replaceChildren(...notices.map((notice) => el("div", {
-    class: `alert ${notice.kind === "ending_soon" ? "alert-warning" : "alert-info"}`,
+    // what needs the user's action stands out from what only informs
+    class: `alert ${WARNING_NOTICES.has(notice.kind) ? "alert-warning" : "alert-info"}`,
     dataset: { kind: notice.kind, bookingId: notice.booking_id },
   }, notice.message, notice.kind === "start_early" ? startEarlyButton(notice) : null)));
 }

@@ -1,0 +1,63 @@
+"""An admin retires a pool that still holds bookings and restarts the service (real Hub,
+Chromium): the student sees on the reservation page that their booking there cannot be used,
+cannot extend it, and cancels it; the booking in the pool that stays is left alone."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hub_harness import start_booking_hub
+from page_browser import NO_REFRESH, PAGE_POOLS, LocalWindows, book_through_api, open_page
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+
+windows = LocalWindows()
+
+
+def test_a_booking_in_a_retired_pool_is_flagged_on_the_page_and_can_be_cancelled(
+    tmp_path, context
+):
+    directory = tmp_path / "hub"
+    start, end = windows.next()
+    with start_booking_hub(directory, pools=PAGE_POOLS, extra_service_config=NO_REFRESH) as hub:
+        retired = book_through_api(hub, "ada", "shared", "0.25", start, end)["id"]
+        kept = book_through_api(hub, "ada", "a100", 1, start, end)["id"]
+
+    # the admin removes the shared pool from the config; the Hub starts the service again
+    remaining = [pool for pool in PAGE_POOLS if pool["name"] != "shared"]
+    with start_booking_hub(directory, pools=remaining, extra_service_config=NO_REFRESH) as hub:
+        admin = hub.api(hub.user_token("admin"))
+        flagged = admin.get("api/admin/flagged").json()["flagged"]
+        assert [(f["booking"]["id"], f["message"]) for f in flagged] == [
+            (retired, f"GPU pool shared no longer exists, so booking {retired} cannot be used.")
+        ]
+
+        page = open_page(context, hub, "ada")
+        notices = page.locator('#gb-notices [data-kind="flagged"]')
+        expect(notices).to_have_count(1)
+        expect(notices).to_have_attribute("data-booking-id", str(retired))
+        expect(notices).to_have_text(
+            f"GPU pool shared no longer exists, so booking {retired} cannot be used. It stays "
+            "booked in case its GPUs come back; end or cancel it to book other GPUs instead."
+        )
+        expect(notices).to_have_class(re.compile(r"\balert-warning\b"))
+
+        # still listed, under its pool's name; extending it is refused in a sentence
+        row = page.locator(f'#gb-my-bookings tr[data-booking-id="{retired}"]')
+        expect(row).to_contain_text("shared")
+        row.get_by_role("button", name=re.compile(r"^Extend booking")).click()
+        feedback = page.locator("#gb-mine-feedback")
+        expect(feedback).to_have_text(
+            "Pool 'shared' is no longer configured; its bookings cannot be extended."
+        )
+
+        row.get_by_role("button", name=re.compile(r"^Cancel booking")).click()  # confirmed
+        expect(feedback).to_have_text(f"Booking {retired} is cancelled.")
+        expect(notices).to_have_count(0)
+        expect(row).to_have_count(0)
+        expect(page.locator(f'#gb-my-bookings tr[data-booking-id="{kept}"]')).to_have_count(1)
+        assert admin.get("api/admin/flagged").json() == {"flagged": []}
