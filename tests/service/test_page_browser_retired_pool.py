@@ -1,6 +1,7 @@
 """An admin retires a pool that still holds bookings and restarts the service (real Hub,
-Chromium): the student sees on the reservation page that their booking there cannot be used,
-cannot extend it, and cancels it; the booking in the pool that stays is left alone."""
+Chromium): the admin's part of the page lists the booking with the reason; the student sees on
+the page that their booking there cannot be used, cannot extend it, and cancels it; the booking
+in the pool that stays is left alone."""
 
 from __future__ import annotations
 
@@ -35,6 +36,18 @@ def test_a_booking_in_a_retired_pool_is_flagged_on_the_page_and_can_be_cancelled
         assert [(f["booking"]["id"], f["message"]) for f in flagged] == [
             (retired, f"GPU pool shared no longer exists, so booking {retired} cannot be used.")
         ]
+
+        # the admin's part of the page lists it with the reason, above everything else
+        page = open_page(context, hub, "admin")
+        listed = page.locator("#gb-flagged tr[data-booking-id]")
+        expect(listed).to_have_count(1)
+        expect(listed).to_have_attribute("data-booking-id", str(retired))
+        expect(listed).to_contain_text(
+            f"GPU pool shared no longer exists, so booking {retired} cannot be used."
+        )
+        expect(listed.get_by_role("button", name=re.compile(r"^Force cancel booking"))).to_be_visible()
+        page.close()
+        context.clear_cookies()
 
         page = open_page(context, hub, "ada")
         notices = page.locator('#gb-notices [data-kind="flagged"]')

@@ -13,7 +13,30 @@ import { listWindow, moreButton, renderBookingTable } from "./tables.js";
 const allBookings = new PagedList("bookings", "bookings");
 const maintenanceWindows = new PagedList("maintenance", "windows");
 // the views loaded in one piece; see NewestLoad
-const loads = { holders: new NewestLoad(), report: new NewestLoad() };
+const loads = { holders: new NewestLoad(), report: new NewestLoad(), flagged: new NewestLoad() };
+
+/** Bookings the pools can no longer hold (a pool removed from the config, a node or GPUs gone),
+ * each with the reason and Force end / Force cancel; nothing while there are none. */
+async function loadFlagged() {
+  const isNewest = loads.flagged.begin();
+  const { flagged } = await api("GET", "admin/flagged");
+  if (!isNewest()) return;
+  const container = $("gb-flagged");
+  if (!flagged.length) {
+    container.replaceChildren();
+    return;
+  }
+  const table = el("div");
+  renderBookingTable(table, flagged.map((flag) => flag.booking).sort(byStart), {
+    showUser: true, cancelLabel: "Force cancel", box: $("gb-admin-feedback"),
+    caption: "Bookings that cannot be used", emptyText: "",
+    reasons: new Map(flagged.map((flag) => [flag.booking.id, flag.message])),
+  });
+  container.replaceChildren(el("h3", { class: "h5" }, "Bookings that cannot be used"),
+    el("p", { class: "small text-body-secondary" }, "The pools as configured can no longer hold these "
+      + "bookings; their users see a notice. End or cancel them, or put their pool or node back."),
+    table);
+}
 
 function simpleTable(caption, headings, rows) {
   return el("div", { class: "table-responsive" }, el("table", { class: "table table-sm gb-table" },
@@ -158,5 +181,5 @@ export function wireAdmin() {
 
 /** Load the admin's views again, keeping the pages shown with "Show more" (a refresh). */
 export function refreshAdmin() {
-  return Promise.all([loadAdmin(true), loadHolders(), loadReport()]);
+  return Promise.all([loadAdmin(true), loadFlagged(), loadHolders(), loadReport()]);
 }

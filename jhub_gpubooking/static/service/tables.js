@@ -9,7 +9,7 @@ import {
 import { act, poolName, showAlert, showLoadError, slicesOf } from "./page.js";
 import { cancelSeriesButton, seriesBadge } from "./planning.js";
 
-function bookingRow(booking, { showUser, cancelLabel, box }) {
+function bookingRow(booking, { showUser, cancelLabel, box, reasons }) {
   const slices = slicesOf(booking.pool);
   const start = parseUtc(booking.start);
   const end = parseUtc(booking.end);
@@ -43,7 +43,9 @@ function bookingRow(booking, { showUser, cancelLabel, box }) {
     el("td", {}, el("time", { datetime: booking.start }, formatTime(start))),
     el("td", {}, el("time", { datetime: booking.end }, formatTime(end))),
     el("td", {}, booking.state, seriesBadge(booking), booking.server !== null && booking.server !== undefined
-      ? el("div", { class: "small text-body-secondary" }, `in use by server "${booking.server || "default"}"`) : null),
+      ? el("div", { class: "small text-body-secondary" }, `in use by server "${booking.server || "default"}"`) : null,
+    // why the pools can no longer hold it (the table of flagged bookings)
+    reasons?.has(booking.id) ? el("div", { class: "small text-danger" }, reasons.get(booking.id)) : null),
     el("td", { class: "small" }, where, booking.placement_provisional
       // an upcoming booking may still move to other GPUs of its pool to let another request in
       ? el("div", { class: "text-body-secondary", title: "It may move to other GPUs of this pool "
