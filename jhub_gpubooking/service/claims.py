@@ -30,6 +30,7 @@ from ..core.lifecycle import ServerUse, server_use
 from ..core.model import Booking, Pool
 from ..core.wire import booking_to_json
 from ..db.claims import claim_first
+from ..inventory import unplaceable_bookings
 
 #: How long a claim may wait for the Hub to say whether another server still runs.
 HUB_CHECK_TIMEOUT_SECONDS = 10
@@ -39,6 +40,7 @@ NOT_BOOKED = "not_booked"  # no active booking, and no opportunistic grant for t
 NONE_FREE = "none_free"  # no active booking, and nothing free for an opportunistic grant
 IN_USE = "in_use"  # every active booking is held by another server that runs (or may run)
 POOL_UNKNOWN = "pool_unknown"
+UNUSABLE = "unusable"  # every active booking is on GPUs the pool no longer has (flagged)
 
 
 class PoolClaimRefused(Exception):
@@ -100,6 +102,14 @@ async def claim_in_pool(
     now = service.clock.now()
 
     def choose(active: list[Booking]) -> list[Booking]:
+        # a booking on a node or GPUs the pool no longer has would start a pod that never
+        # runs: passed over, and refused with the reason when it is all the user has
+        unusable = unplaceable_bookings(active, {pool.name: pool}, now)
+        active = [booking for booking in active if booking.id not in unusable]
+        if unusable and not active:
+            reason = unusable[min(unusable)]
+            raise PoolClaimRefused(409, UNUSABLE, f"{reason} End or cancel it on the booking "
+                                   "page and book other GPUs.")
         by_id = {booking.id: booking for booking in active}
         wire = [booking_to_json(booking, pool, now) for booking in active]
         return [by_id[b["id"]] for b in claim_order(current_bookings(wire, pool.name, now),

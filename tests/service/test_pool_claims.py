@@ -5,6 +5,7 @@ servers it was asked about: which booking a start takes, when the Hub is asked, 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -22,6 +23,7 @@ from jhub_gpubooking.service.claims import (
     IN_USE,
     NONE_FREE,
     NOT_BOOKED,
+    UNUSABLE,
     PoolClaimRefused,
     claim_in_pool,
 )
@@ -276,3 +278,30 @@ async def test_without_a_booking_and_nothing_free_the_reason_says_so(gate):
     book(service, 4, "1", user="bob", pool="t4")
     refused = await refusal(service, pool="t4")
     assert (refused.status, refused.reason) == (409, NONE_FREE)
+
+
+
+async def test_a_booking_on_gpus_the_pool_no_longer_has_is_refused_with_the_reason(gate):
+    """A node given fewer GPUs (a config edit, or node discovery after a GPU failed): the start
+    is refused with the flag's reason instead of a pod that would wait for GPUs that are gone;
+    a booking the pool still holds is taken instead when the user has one, even over the
+    user's pick."""
+    service, _servers, _asked = gate
+    whole, quarter = book(service, 3, "3"), book(service, 3)
+    assert (whole.placement.gpus, quarter.placement.gpus) == ((0, 1, 2), (3,))
+    a100 = service.pool_objects["a100"]
+
+    with pytest.raises(PoolClaimRefused) as refused:  # n1 down to GPUs 0 and 1: neither fits
+        await claim_in_pool(service, "ada", replace(a100, nodes={"n1": 2}), "gpu")
+    assert (refused.value.status, refused.value.reason) == (409, UNUSABLE)
+    assert refused.value.message == (
+        f"Node n1 of pool a100 now reports 2 GPU(s) and booking {whole.id} holds GPU 2 there, "
+        "so it cannot be used. End or cancel it on the booking page and book other GPUs."
+    )
+    assert service.store.get(whole.id).server is None
+
+    # GPU 3 gone: the quarter the user picked cannot run, the whole GPUs can
+    claimed = await claim_in_pool(service, "ada", replace(a100, nodes={"n1": 3}), "gpu",
+                                  quarter.id)
+    assert claimed.id == whole.id
+    assert service.store.get(quarter.id).server is None

@@ -89,3 +89,12 @@ def test_the_documented_text_limit_is_the_one_the_service_applies():
         ]
     }
     assert set(limits.values()) == {MAX_TEXT_LENGTH}
+
+
+def test_every_reason_a_pool_claim_is_refused_for_is_documented():
+    from jhub_gpubooking.service import claims
+
+    reasons = {claims.NOT_BOOKED, claims.NONE_FREE, claims.IN_USE, claims.UNUSABLE,
+               claims.POOL_UNKNOWN}
+    documented_reasons = OPENAPI["components"]["schemas"]["Error"]["properties"]["reason"]["enum"]
+    assert set(documented_reasons) == reasons
