@@ -32,31 +32,22 @@ def test_a_booking_in_a_retired_pool_is_flagged_on_the_page_and_can_be_cancelled
     remaining = [pool for pool in PAGE_POOLS if pool["name"] != "shared"]
     with start_booking_hub(directory, pools=remaining, extra_service_config=NO_REFRESH) as hub:
         admin = hub.api(hub.user_token("admin"))
+        reason = f"GPU pool shared no longer exists, so booking {retired} cannot be used."
         flagged = admin.get("api/admin/flagged").json()["flagged"]
-        assert [(f["booking"]["id"], f["message"]) for f in flagged] == [
-            (retired, f"GPU pool shared no longer exists, so booking {retired} cannot be used.")
-        ]
+        assert [(f["booking"]["id"], f["message"]) for f in flagged] == [(retired, reason)]
 
         # the admin's part of the page lists it with the reason, above everything else
         page = open_page(context, hub, "admin")
         listed = page.locator("#gb-flagged tr[data-booking-id]")
-        expect(listed).to_have_count(1)
-        expect(listed).to_have_attribute("data-booking-id", str(retired))
-        expect(listed).to_contain_text(
-            f"GPU pool shared no longer exists, so booking {retired} cannot be used."
-        )
+        expect_only(listed, retired, reason)
         expect(listed.get_by_role("button", name=re.compile(r"^Force cancel booking"))).to_be_visible()
         page.close()
         context.clear_cookies()
 
         page = open_page(context, hub, "ada")
         notices = page.locator('#gb-notices [data-kind="flagged"]')
-        expect(notices).to_have_count(1)
-        expect(notices).to_have_attribute("data-booking-id", str(retired))
-        expect(notices).to_have_text(
-            f"GPU pool shared no longer exists, so booking {retired} cannot be used. It stays "
-            "booked in case its GPUs come back; end or cancel it to book other GPUs instead."
-        )
+        expect_only(notices, retired, f"{reason} It stays booked in case its GPUs come back; "
+                    "end or cancel it to book other GPUs instead.")
         expect(notices).to_have_class(re.compile(r"\balert-warning\b"))
 
         # still listed, under its pool's name; extending it is refused in a sentence
@@ -74,3 +65,10 @@ def test_a_booking_in_a_retired_pool_is_flagged_on_the_page_and_can_be_cancelled
         expect(row).to_have_count(0)
         expect(page.locator(f'#gb-my-bookings tr[data-booking-id="{kept}"]')).to_have_count(1)
         assert admin.get("api/admin/flagged").json() == {"flagged": []}
+
+
+def expect_only(locator, booking_id: int, text: str) -> None:
+    """``locator`` comes to match one element, of booking ``booking_id``, saying ``text``."""
+    expect(locator).to_have_count(1)
+    expect(locator).to_have_attribute("data-booking-id", str(booking_id))
+    expect(locator).to_contain_text(text)
