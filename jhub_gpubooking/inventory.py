@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from .core.model import Booking, BookingState, Pool
+from .core.model import Booking, Pool
 from .quantity import parse_quantity
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -222,7 +222,7 @@ def unplaceable_bookings(
     for booking in bookings:
         if booking.id is None or booking.placement is None:
             continue
-        if booking.state(now) not in (BookingState.UPCOMING, BookingState.ACTIVE):
+        if not booking.not_over(now):
             continue
         pool = pools.get(booking.pool)
         node = booking.placement.node

@@ -313,6 +313,10 @@ class Booking:
     def state(self, now: datetime) -> BookingState:
         return booking_state(self.status, self.start, self.end, now)
 
+    def not_over(self, now: datetime) -> bool:
+        """Upcoming or active at ``now``: neither ended nor cancelled."""
+        return self.state(now) in (BookingState.UPCOMING, BookingState.ACTIVE)
+
     @property
     def holds_capacity(self) -> bool:
         """Cancelled bookings free their capacity; all others keep it for [start, end)."""

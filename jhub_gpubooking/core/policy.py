@@ -304,9 +304,7 @@ def _check_days_ahead(policy: Policy, request: Booking, now: datetime) -> None:
 def _check_count(policy: Policy, others: list[Booking], now: datetime) -> None:
     if policy.max_bookings is None:
         return
-    current = sum(
-        1 for b in others if b.state(now) in (BookingState.ACTIVE, BookingState.UPCOMING)
-    )
+    current = sum(1 for b in others if b.not_over(now))
     if current >= policy.max_bookings:
         raise PolicyViolation(
             "max_bookings",

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 
 from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
-from ..core.model import Booking, BookingState, checked_text, parse_amount
+from ..core.model import Booking, checked_text, parse_amount
 from ..core.recurrence import Occurrence
 from ..core.timegrid import as_utc, format_time
 from .convert import booking_from_row
@@ -132,7 +132,7 @@ def cancel_series(store: BookingStore, series_id: int, actor: str | None) -> Ser
         rows = _occurrence_rows(work.session, series_id, lock=True)
         now = store.stamp()
         for row in rows:
-            if booking_from_row(row).state(now) in (BookingState.UPCOMING, BookingState.ACTIVE):
+            if booking_from_row(row).not_over(now):
                 work.cancel(row, actor, series_id=series_id)
         return _series(series_row, [booking_from_row(row) for row in rows])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from ..core.model import Booking, BookingState
+from ..core.model import Booking
 from ..core.timegrid import format_time
 from ..db.flags import BookingFlags, Flag
 from .api import APIHandler
@@ -31,13 +31,13 @@ class FlaggedHandler(APIHandler):
     async def get(self) -> None:
         principal = self.require_admin() if self.everyone else self.require_user()
         flags = await self.run_in_executor(self.flags.current)
+        now = self.clock.now()
         bookings = await self.run_in_executor(
-            self.store.list, user=None if self.everyone else principal.name,
-            start=self.clock.now(),
+            self.store.list, user=None if self.everyone else principal.name, start=now
         )
         models = [
             _flag_json(flags[b.id], self.booking_model(b))
-            for b in bookings if b.id in flags and b.status == "booked"
+            for b in bookings if b.id in flags and b.not_over(now)
         ]
         self.write_json({"flagged": models})
 
@@ -53,14 +53,9 @@ def flagged_notices(bookings: list[Booking], flags: Mapping[int, Flag], now: dat
             "message": f"{flags[booking.id].message} It stays booked in case its GPUs come back; "
             "end or cancel it to book other GPUs instead.",
         }
-        for booking in not_over(bookings, now)
-        if booking.id in flags
+        for booking in bookings
+        if booking.id in flags and booking.not_over(now)
     ]
-
-
-def not_over(bookings: list[Booking], now: datetime) -> list[Booking]:
-    """The bookings upcoming or active at ``now``: the ones a flag still matters for."""
-    return [b for b in bookings if b.state(now) in (BookingState.UPCOMING, BookingState.ACTIVE)]
 
 
 def flagged_routes(flags: BookingFlags) -> list[tuple[str, type, dict]]:

@@ -17,7 +17,7 @@ from ..core.timegrid import ceil_to_grid, floor_to_grid, format_time
 from ..db.accounting import running_usage, usage_report
 from .api import APIHandler
 from .base import refusal
-from .flagged import flagged_notices, not_over
+from .flagged import flagged_notices
 from .waitlist import recent_wait_notices
 
 #: How long a released booking stays in its user's notices.
@@ -162,7 +162,7 @@ class NoticesHandler(APIHandler):
         }
         notices = notices_json(bookings, now, rules.warn_before, minutes, own)
         flags = await self.run_in_executor(
-            service.booking_flags.current, [b.id for b in not_over(bookings, now)]
+            service.booking_flags.current, [b.id for b in bookings if b.not_over(now)]
         )
         notices += flagged_notices(bookings, flags, now)
         notices += await recent_wait_notices(self, user, now - timedelta(hours=RELEASE_NOTICE_HOURS))
