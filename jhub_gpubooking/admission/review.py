@@ -18,6 +18,7 @@ from typing import Any
 
 from ..core.model import Booking, BookingState, Pool, format_amount
 from ..gpu import LABEL_PREFIX, BackendFunc, booking_pod_settings, gpu_request
+from ..inventory import unplaceable_bookings
 from .patch import booking_patch
 from .routes import DeviceRoute, describe_routes, device_routes, route_gap
 from .rules import RuleBroken, coverage_gap, format_resources, pod_gpu_demand
@@ -253,6 +254,13 @@ def _choose(pod: Mapping, namespace: str, demand: Mapping[str, int], routes: lis
         amount = format_amount(booking.amount)
         if pool is None:
             reasons.append(f"a booking in pool {booking.pool}, which is no longer configured")
+            continue
+        if unplaceable_bookings([booking], settings.pools, now):
+            # pinned to a node or GPUs the pool no longer has, the pod would wait forever
+            reasons.append(
+                f"a booking of {amount} GPU in pool {pool.name} is on GPUs the pool no longer "
+                "has (end or cancel it and book other GPUs)"
+            )
             continue
         hub_spawn = (booking.server is not None and owner.from_hub
                      and _hub_server_of(pod) == booking.server)

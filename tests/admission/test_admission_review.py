@@ -121,6 +121,23 @@ def test_pod_asking_more_than_booked_is_denied_with_each_bookings_reason(setting
     )
 
 
+def test_a_booking_on_gpus_the_pool_no_longer_has_does_not_cover(settings):
+    # a pod pinned there would wait for GPUs that are gone; ids and nodes stay in the service
+    pod = gpu_pod({"nvidia.com/gpu": "1"})
+    gone_node = booking(pool="l40s", amount=1, node="gpu-9", gpus=(0,), booking_id=3)
+    gone_gpu = booking(pool="l40s", amount=1, node="gpu-2", gpus=(4,), booking_id=4)
+    verdict = review(pod, bookings=[gone_node, gone_gpu], settings=settings)
+    assert verdict == Verdict(allowed=False, message=(
+        "No active booking of user alice covers this pod's GPUs (nvidia.com/gpu: 1): "
+        "a booking of 1 GPU in pool l40s is on GPUs the pool no longer has (end or cancel it "
+        "and book other GPUs); a booking of 1 GPU in pool l40s is on GPUs the pool no longer "
+        "has (end or cancel it and book other GPUs)."
+    ))
+    usable = booking(pool="l40s", amount=1, node="gpu-2", gpus=(3,), booking_id=5)
+    verdict = review(pod, bookings=[gone_node, usable], settings=settings)
+    assert verdict.allowed and verdict.booking == usable
+
+
 def test_gpu_manager_pod_gets_the_hard_core_limit(settings):
     pod = gpu_pod({"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "64"})
     held = booking(pool="v100-vcuda", amount=Fraction(1, 2), node="gpu-3", gpus=(0,))
