@@ -50,9 +50,11 @@ def test_a_booking_in_a_retired_pool_is_flagged_on_the_page_and_can_be_cancelled
                     "end or cancel it to book other GPUs instead.")
         expect(notices).to_have_class(re.compile(r"\balert-warning\b"))
 
-        # still listed, under its pool's name; extending it is refused in a sentence
+        # still listed, under its pool's name marked as gone, with its own amount (the page
+        # knows no slicing of that pool any more); extending it is refused in a sentence
         row = page.locator(f'#gb-my-bookings tr[data-booking-id="{retired}"]')
-        expect(row).to_contain_text("shared")
+        expect(row.locator("td").nth(0)).to_have_text("shared (no longer configured)")
+        expect(row.locator("td").nth(1)).to_have_text("1/4 GPU")
         row.get_by_role("button", name=re.compile(r"^Extend booking")).click()
         feedback = page.locator("#gb-mine-feedback")
         expect(feedback).to_have_text(

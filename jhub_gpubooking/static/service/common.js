@@ -232,10 +232,21 @@ function gcd(a, b) {
   return b === 0 ? a : gcd(b, a % b);
 }
 
+/** The fewest slices per GPU that hold ``gpus`` exactly (JSON amounts are numbers: 1/7 arrives
+ * as 0.142857…). */
+function fittingSlices(gpus) {
+  for (let slices = 1; slices < 1024; slices++) {
+    if (Math.abs(gpus * slices - Math.round(gpus * slices)) < 1e-6) return slices;
+  }
+  return 1024;
+}
+
 export const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
 
-/** "1/4 GPU", "1 GPU", "2 GPUs": amounts shown as exact fractions of the pool's slices. */
+/** "1/4 GPU", "1 GPU", "2 GPUs": amounts shown as exact fractions of the pool's slices. Without
+ * them (null: a booking of a pool no longer configured) the smallest slicing the amount fits. */
 export function formatGpus(gpus, slicesPerGpu = 1) {
+  slicesPerGpu ??= fittingSlices(gpus);
   const slices = Math.round(gpus * slicesPerGpu);
   const divisor = gcd(slices, slicesPerGpu);
   const numerator = slices / divisor;

@@ -31,12 +31,14 @@ export async function act(box, action, successMessage, onRefusal) {
   return result;
 }
 
+/** A pool's name for people; bookings of a pool no longer configured keep its name, marked. */
 export function poolName(name) {
-  return page.poolsByName.get(name)?.display_name ?? name;
+  return page.poolsByName.get(name)?.display_name ?? `${name} (no longer configured)`;
 }
 
+/** Slices per GPU of a pool; null for a pool no longer configured (see `formatGpus`). */
 export function slicesOf(name) {
-  return page.poolsByName.get(name)?.slices_per_gpu ?? 1;
+  return page.poolsByName.get(name)?.slices_per_gpu ?? null;
 }
 // ---------------------------------------------------------------- refresh and load errors
 
