@@ -125,6 +125,7 @@ COMPONENT_PAGES = {
     "AdmissionWebhook": ["admission-webhook"],
     "NodeInventory": ["discover-pools"],
     "OrphanPods": ["lifecycle"],
+    "RemovedUsers": ["lifecycle"],
     "Budgets": ["budgets-and-series"],
     "RecurringSeries": ["budgets-and-series"],
     "Opportunistic": ["opportunistic"],

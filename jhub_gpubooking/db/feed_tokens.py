@@ -54,3 +54,19 @@ def user_for_feed_token(store: BookingStore, token: str) -> str | None:
         return session.execute(
             select(FeedTokenRow.user).where(FeedTokenRow.token_hash == hash_feed_token(token))
         ).scalar_one_or_none()
+
+
+def feed_token_users(store: BookingStore) -> set[str]:
+    """The users who have a calendar link."""
+    with store.read_transaction() as session:
+        return set(session.scalars(select(FeedTokenRow.user)))
+
+
+def revoke_feed_token(store: BookingStore, user: str) -> bool:
+    """Make ``user``'s calendar link stop working; False when they had none."""
+    with store.unit_of_work() as work:
+        row = work.session.get(FeedTokenRow, user)
+        if row is None:
+            return False
+        work.session.delete(row)
+        return True

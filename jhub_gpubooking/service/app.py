@@ -21,20 +21,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.log import access_log
-from traitlets import (
-    Bool,
-    Callable,
-    Dict,
-    Enum,
-    Float,
-    Instance,
-    Integer,
-    List,
-    Unicode,
-    Union,
-    default,
-    validate,
-)
+from traitlets import Bool, Callable, Dict, Enum, Float, Instance, Integer, List, Unicode, Union, default, validate
 from traitlets.config import Application, Config, catch_config_error
 
 from .._version import __version__
@@ -63,6 +50,7 @@ from .pages import ReservationPage
 from .planning import Budgets, RecurringSeries
 from .pool_checks import check_pools
 from .ratelimit import WriteRateLimiter
+from .removed_users import RemovedUsers
 from .routes import UnknownPathHandler, service_handlers
 from .startup import (
     SHUTDOWN_SECONDS,
@@ -88,6 +76,7 @@ COMPONENTS = (
     AdmissionWebhook,
     OrphanPods,
     NodeInventory,
+    RemovedUsers,
 )
 
 #: Options whose name changed (the others kept theirs when they moved to a component).
@@ -511,6 +500,7 @@ class GPUBookingService(Application):
             **common, connector=self.cluster_access.connector,
             grace_seconds=self.lifecycle.end_grace_seconds,
         )
+        self.lifecycle.removed_users = RemovedUsers(**common, **hub)
         # the tick serves the waitlist after its releases (and expires past waits)
         self.waitlist = self.lifecycle.waitlist = Waitlist(**common, emails=self.emails)
         self.opportunistic = Opportunistic(

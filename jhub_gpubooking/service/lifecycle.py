@@ -113,6 +113,11 @@ class Lifecycle(LoggingConfigurable):
         help="The OrphanPods sweep: deletes Hub servers' pods that outlive their booking "
         "because the Hub forgot them. Set by the service after this component.",
     )
+    removed_users = Any(
+        None,
+        help="The RemovedUsers check: frees what users deleted from the Hub left, before the "
+        "waitlist is served. Set by the service after this component.",
+    )
     slot_minutes = Integer(15, help="The service's booking grid (releases end on it).")
     hub_api_url = Unicode(help="The Hub's REST API URL.")
     api_token = Unicode(help="The service's Hub API token (needs delete:servers to stop).")
@@ -161,6 +166,8 @@ class Lifecycle(LoggingConfigurable):
             await self.webhook.reconcile_pod_claims(now)
         if self.orphan_pods is not None:
             await self.orphan_pods.sweep(now)
+        if self.removed_users is not None:
+            await self.removed_users.check(now)
         if self.waitlist is not None:
             await self.waitlist.capacity_freed(now=now, search_longer=True)
         await self.email_start_early_offers()

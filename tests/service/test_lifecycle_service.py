@@ -4,6 +4,7 @@ calls; the mail server is aiosmtpd on a free port."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -317,3 +318,56 @@ async def test_a_booking_made_late_in_the_running_slot_gets_its_whole_no_show_ti
     [release] = await service.lifecycle.tick(service.clock.set(at(10, 29)))
     assert (release.kind, release.reason.value) == (ActionKind.RELEASE, "no_show")
     assert service.store.get(booking.id).end == at(10, 30)
+
+
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record) -> None:
+        self.lines.append((record.levelname, record.getMessage()))
+
+
+async def test_tick_frees_what_a_user_deleted_from_the_hub_left_after_the_grace(
+    service, fake_hub
+):
+    _, _, servers = fake_hub  # the fake Hub has the users of this dict
+    servers["ada"] = {}
+    checker = service.lifecycle.removed_users
+    checker.grace_hours = 1
+    records = Records()
+    checker.log.addHandler(records)
+    kept = service.store.create("ada", "a100", "1", at(14), at(15))
+    gone = service.store.create("bob", "a100", "1", at(14), at(15))
+
+    await service.lifecycle.tick(at(10, 10))  # bob is missing: his grace starts
+    assert checker.missing_since == {"bob": at(10, 10)}
+    assert records.lines[-1] == ("WARNING", (
+        "The Hub no longer has user bob: their bookings, waits and calendar link here are taken "
+        "off from 2030-01-07T11:10+00:00 unless the Hub has them again by then."))
+    servers["bob"] = {}  # added again within the grace: nothing is lost
+    await service.lifecycle.tick(at(10, 40))  # a round an hour: the Hub is not asked yet
+    assert checker.missing_since == {"bob": at(10, 10)}
+    await service.lifecycle.tick(at(11, 10))
+    assert checker.missing_since == {}
+    assert service.store.get(gone.id).status == "booked"
+
+    del servers["bob"]
+    await service.lifecycle.tick(at(12, 10))
+    assert await checker.check(at(13, 10)) == ["bob"]
+    assert service.store.get(gone.id).status == "cancelled"
+    assert service.store.get(kept.id) == kept
+    assert records.lines[-1] == ("WARNING", "User bob was deleted from the Hub: 1 booking(s) "
+                                 "cancelled or ended, 0 wait(s) withdrawn, calendar link none.")
+
+    # more users missing at once than an admin deletes: the Hub's database is in doubt
+    checker.max_users_at_once = 1
+    cy = service.store.create("cy", "a100", "1", at(16), at(17))
+    dan = service.store.create("dan", "a100", "1", at(16), at(17))
+    assert await checker.check(at(14, 10)) == []
+    assert records.lines[-1][0] == "ERROR"
+    assert records.lines[-1][1].startswith("The Hub no longer has 2 of the 3 users with bookings")
+    assert await checker.check(at(16, 10)) == []  # and so on every round, no clock started
+    assert [service.store.get(b.id).status for b in (cy, dan)] == ["booked", "booked"]
+    assert checker.missing_since == {}

@@ -1,0 +1,128 @@
+"""The ``c.RemovedUsers`` component: asks the Hub about the users who still have something here,
+and takes off what users it no longer has left behind (the rule: :mod:`..core.removed_users`).
+
+It runs as a step of the lifecycle tick, before the waitlist is served, so the GPUs it frees
+go to waiting requests in the same tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from tornado import web
+from traitlets import Any as AnyTrait
+from traitlets import Float, Integer, Unicode
+from traitlets.config import LoggingConfigurable
+
+from ..core.removed_users import check_users
+from ..db.removed_users import remove_belongings, users_with_belongings
+from ..db.session import unavailable_reason
+from ..db.waitlist import WaitStore
+from .base import hub_user_model
+
+
+class RemovedUsers(LoggingConfigurable):
+    """Frees the bookings, waits and calendar link of users deleted from the Hub."""
+
+    check_interval_minutes = Float(
+        60.0, min=0,
+        help="Minutes between two rounds of asking the Hub about every user who has a booking "
+        "not over yet, a waiting request or a calendar link (one GET users/{name} each; the "
+        "service's token has list:users for it). 0 turns the check off: the bookings of a user "
+        "deleted from the Hub then stay booked, each released as a no-show at its start.",
+    ).tag(config=True)
+    grace_hours = Float(
+        24.0, min=0,
+        help="Hours a user must have been missing from the Hub, in every round since the first "
+        "that found them missing, before their upcoming bookings are cancelled, their running "
+        "ones ended, their waits withdrawn and their calendar link revoked. A user added again "
+        "(or renamed back) within it loses nothing. The service log names each missing user "
+        "and when their bookings go.",
+    ).tag(config=True)
+    max_users_at_once = Integer(
+        5, min=0,
+        help="When more users than this are missing from the Hub in one round, nothing is taken "
+        "off and the service logs an error: a Hub database set up anew or restored from an old "
+        "backup loses users nobody deleted. Raise it for a round in which you deleted more "
+        "users on purpose (e.g. at the end of a term).",
+    ).tag(config=True)
+
+    store = AnyTrait(help="The service's BookingStore.")
+    executor = AnyTrait(help="Executor for database work.")
+    hub_api_url = Unicode(help="The Hub's REST API URL.")
+    api_token = Unicode(help="The service's Hub API token.")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.waits = WaitStore(self.store)
+        #: when each missing user was first found missing (kept in memory: a restart of the
+        #: service starts their grace again, which only ever delays a removal)
+        self.missing_since: dict[str, datetime] = {}
+        self._last_round: datetime | None = None
+        self._hub_failure_logged = False
+
+    async def _run(self, func: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor,
+                                                                partial(func, *args))
+
+    def _round_due(self, now: datetime) -> bool:
+        if not self.check_interval_minutes:
+            return False
+        interval = timedelta(minutes=self.check_interval_minutes)
+        return self._last_round is None or now - self._last_round >= interval
+
+    async def check(self, now: datetime) -> list[str]:
+        """One round, when one is due at ``now``: the users whose belongings were taken off."""
+        if not self._round_due(now):
+            return []
+        users = await self._run(users_with_belongings, self.store, self.waits, now)
+        present: dict[str, bool] = {}
+        for user in sorted(users):
+            try:
+                present[user] = await hub_user_model(self.hub_api_url, self.api_token,
+                                                     user) is not None
+            except web.HTTPError as error:
+                # the Hub cannot say: the whole round waits for the next tick
+                if not self._hub_failure_logged:
+                    self.log.warning("Users deleted from the Hub not checked (tried again every "
+                                     "tick): %s", error)
+                    self._hub_failure_logged = True
+                return []
+        self._hub_failure_logged = False
+        grace = timedelta(hours=self.grace_hours)
+        # a user with nothing left here any more (an admin cancelled it all) is not followed
+        since = {user: at for user, at in self.missing_since.items() if user in present}
+        result = check_users(present, since, now, grace, self.max_users_at_once)
+        self.missing_since = result.missing_since
+        if result.held_back:
+            self.log.error(
+                "The Hub no longer has %d of the %d users with bookings, waits or calendar links "
+                "here; more than c.RemovedUsers.max_users_at_once (%d), so nothing is taken off "
+                "(was the Hub's database set up anew or restored?). If you deleted them, raise "
+                "max_users_at_once.", result.held_back, len(present), self.max_users_at_once,
+            )
+        for user in result.newly_missing:
+            self.log.warning(
+                "The Hub no longer has user %s: their bookings, waits and calendar link here are "
+                "taken off from %s unless the Hub has them again by then.",
+                user, (self.missing_since[user] + grace).isoformat(timespec="minutes"),
+            )
+        for user in result.back:
+            self.log.info("The Hub has user %s again: nothing of theirs is taken off.", user)
+        removed = []
+        for user in result.due:
+            try:
+                taken = await self._run(remove_belongings, self.store, self.waits, user, now)
+            except Exception as error:
+                if unavailable_reason(error):
+                    raise  # an outage: the tick says so, and the next one does this round again
+                self.log.exception("Taking off what user %s left failed", user)
+                continue  # still due: the next round tries again
+            del self.missing_since[user]
+            removed.append(user)
+            self.log.warning("User %s was deleted from the Hub: %s.", user, taken.describe())
+        self._last_round = now
+        return removed

@@ -1,0 +1,61 @@
+"""Through a real Hub and proxy: an admin deletes a student from the Hub, and the service frees
+what the student had booked, withdraws their wait and revokes their calendar link, leaving
+everyone else's bookings and the student's history alone."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import pytest
+from hub_harness import start_booking_hub, wait_for
+
+from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
+
+pytestmark = pytest.mark.e2e
+
+REMOVE_AT_ONCE = """
+c.Lifecycle.lifecycle_interval_seconds = 1
+c.RemovedUsers.check_interval_minutes = 0.01
+c.RemovedUsers.grace_hours = 0
+"""
+
+
+def book(client: httpx.Client, pool: str, gpus, start: datetime, hours: int = 2) -> int:
+    answer = client.post("api/bookings", json={
+        "pool": pool, "gpus": gpus, "start": format_time(start),
+        "end": format_time(start + timedelta(hours=hours))})
+    assert answer.status_code == 201, answer.text
+    return answer.json()["id"]
+
+
+def test_a_student_deleted_from_the_hub_leaves_no_booking_wait_or_link_behind(tmp_path):
+    start = ceil_to_grid(datetime.now(timezone.utc) + timedelta(days=1), 60)
+    with start_booking_hub(tmp_path / "hub", extra_service_config=REMOVE_AT_ONCE) as hub:
+        with hub.api(hub.user_token("bob")) as bob, hub.api(hub.user_token("ada")) as ada:
+            gone = book(bob, "a100", 2, start)
+            kept = book(ada, "a100", 2, start)
+            wait = bob.post("api/waits", json={
+                "pool": "a100", "gpus": 1, "start": format_time(start),
+                "end": format_time(start + timedelta(hours=1))})
+            assert wait.status_code == 201, wait.text
+            link = bob.post("api/users/bob/feed-token").json()["url"]
+            assert httpx.get(link).status_code == 200
+
+        admin = {"Authorization": f"token {hub.admin_token}"}
+        httpx.delete(f"{hub.hub_api_url}/users/bob", headers=admin).raise_for_status()
+
+        with hub.api(hub.user_token("carol")) as carol:  # a booking admin (gpu-admins group)
+            def state(booking_id):
+                return carol.get(f"api/bookings/{booking_id}").json()["state"]
+
+            wait_for(lambda: state(gone) == "cancelled", "bob's booking is cancelled", hub)
+            assert state(kept) == "upcoming"
+            waits = carol.get("api/waits", params={"user": "bob"}).json()
+            assert [w["state"] for w in waits["waits"]] == ["withdrawn"]
+            # the GPUs are free again: ada books what bob had
+            with hub.api(hub.user_token("ada")) as ada:
+                book(ada, "a100", 2, start)
+        assert httpx.get(link).status_code == 404
+        assert ("User bob was deleted from the Hub: 1 booking(s) cancelled or ended, 1 wait(s) "
+                "withdrawn, calendar link revoked.") in hub.service_log()
