@@ -6,6 +6,7 @@
     jhub-gpubooking db copy --from URL --to URL   copy every row into an empty database
     jhub-gpubooking pools list [--config FILE]    pools from the service config (or the database)
     jhub-gpubooking bookings list [--user U] [--state S] [--db-url URL]
+    jhub-gpubooking users rename OLD NEW [--db-url URL]   after renaming a user in the Hub
 
 The database URL defaults to ``$GPUBOOKING_DB_URL`` or ``sqlite:///gpubooking.sqlite``. The
 service config is read with traitlets' loader, so this tool never imports the service.
@@ -175,6 +176,23 @@ def cmd_bookings_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_users_rename(args: argparse.Namespace) -> int:
+    from .core.errors import InvalidRequest
+    from .db.store import BookingStore
+    from .db.user_rename import rename_user
+
+    engine = _checked_engine(args.db_url)
+    try:
+        renamed = rename_user(BookingStore(make_session_factory(engine), pools={}), args.old,
+                              args.new)
+    except InvalidRequest as error:
+        raise ValueError(error.message) from None
+    finally:
+        engine.dispose()
+    print(f"Renamed {args.old} to {args.new}: {renamed.describe()}.")
+    return 0
+
+
 def _where(booking) -> str:
     placement = booking.placement
     if placement is None:
@@ -193,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jhub-gpubooking", description="Administer the JupyterHub GPU booking service."
     )
-    topics = parser.add_subparsers(dest="topic", required=True, metavar="{db,pools,bookings}")
+    topics = parser.add_subparsers(dest="topic", required=True, metavar="{db,pools,bookings,users}")
 
     db = topics.add_parser("db", help="the booking database schema").add_subparsers(
         dest="action", required=True
@@ -254,6 +272,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="only bookings in this state",
     )
     bookings_list.set_defaults(run=cmd_bookings_list)
+
+    users = topics.add_parser("users", help="Hub users").add_subparsers(
+        dest="action", required=True
+    )
+    users_rename = users.add_parser(
+        "rename", parents=[database],
+        help="after renaming a user in the Hub: move their bookings (past ones too), series, "
+        "waits and calendar link to the new name",
+    )
+    users_rename.add_argument("old", help="the name the Hub no longer has")
+    users_rename.add_argument("new", help="the user's name in the Hub now")
+    users_rename.set_defaults(run=cmd_users_rename)
     return parser
 
 

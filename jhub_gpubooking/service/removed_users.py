@@ -107,8 +107,9 @@ class RemovedUsers(LoggingConfigurable):
         for user in result.newly_missing:
             self.log.warning(
                 "The Hub no longer has user %s: their bookings, waits and calendar link here are "
-                "taken off from %s unless the Hub has them again by then.",
-                user, (self.missing_since[user] + grace).isoformat(timespec="minutes"),
+                "taken off from %s unless the Hub has them again by then (renamed in the Hub? "
+                "`jhub-gpubooking users rename %s NEW` moves them).",
+                user, (self.missing_since[user] + grace).isoformat(timespec="minutes"), user,
             )
         for user in result.back:
             self.log.info("The Hub has user %s again: nothing of theirs is taken off.", user)

@@ -345,7 +345,8 @@ async def test_tick_frees_what_a_user_deleted_from_the_hub_left_after_the_grace(
     assert checker.missing_since == {"bob": at(10, 10)}
     assert records.lines[-1] == ("WARNING", (
         "The Hub no longer has user bob: their bookings, waits and calendar link here are taken "
-        "off from 2030-01-07T11:10+00:00 unless the Hub has them again by then."))
+        "off from 2030-01-07T11:10+00:00 unless the Hub has them again by then (renamed in the "
+        "Hub? `jhub-gpubooking users rename bob NEW` moves them)."))
     servers["bob"] = {}  # added again within the grace: nothing is lost
     await service.lifecycle.tick(at(10, 40))  # a round an hour: the Hub is not asked yet
     assert checker.missing_since == {"bob": at(10, 10)}

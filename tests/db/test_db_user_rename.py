@@ -1,0 +1,78 @@
+"""A user renamed in the Hub: ``rename_user`` and ``jhub-gpubooking users rename`` move their
+bookings, series, waits and calendar link to the new name on every backend, all or nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from db_test_times import at
+
+from jhub_gpubooking.cli import main
+from jhub_gpubooking.core.errors import InvalidRequest
+from jhub_gpubooking.core.recurrence import occurrences
+from jhub_gpubooking.db.feed_tokens import new_feed_token, user_for_feed_token
+from jhub_gpubooking.db.series import create_series, get_series
+from jhub_gpubooking.db.user_rename import RENAME_ACTOR, Renamed, rename_user
+from jhub_gpubooking.db.waitlist import WaitStore
+
+
+def test_everything_of_the_old_name_moves_and_nothing_else(store, clock):
+    waits = WaitStore(store)
+    past = store.create("jdoe", "a100", 1, at(10), at(11))
+    clock.advance(timedelta(days=1))
+    upcoming = store.create("jdoe", "a100", 2, at(14, days=1), at(16, days=1))
+    other = store.create("ada", "a100", 1, at(14, days=1), at(16, days=1))
+    wait = waits.join("jdoe", "t4", 1, at(14, days=1), at(15, days=1))
+    token = new_feed_token(store, "jdoe")
+
+    assert rename_user(store, "jdoe", "john.doe") == Renamed(2, 0, 1, "moved")
+    assert [b.user for b in map(store.get, (past.id, upcoming.id, other.id))] == [
+        "john.doe", "john.doe", "ada"]
+    assert store.list(user="jdoe") == []
+    assert waits.get(wait.id).user == "john.doe"
+    assert user_for_feed_token(store, token) == "john.doe"  # the same link keeps working
+    [*_, event] = store.history(upcoming.id)
+    assert (event.actor, event.kind, event.detail) == (
+        RENAME_ACTOR, "user_renamed", {"from": "jdoe", "to": "john.doe"})
+
+
+def test_a_new_name_that_booked_already_is_merged_and_keeps_its_own_link(store):
+    store.create("jdoe", "a100", 1, at(14), at(15))
+    store.create("john.doe", "a100", 1, at(15), at(16))
+    old_link, new_link = new_feed_token(store, "jdoe"), new_feed_token(store, "john.doe")
+    assert rename_user(store, "jdoe", "john.doe") == Renamed(1, 0, 0, "kept")
+    assert [b.user for b in store.list()] == ["john.doe", "john.doe"]
+    assert (user_for_feed_token(store, old_link), user_for_feed_token(store, new_link)) == (
+        None, "john.doe")
+
+
+def test_a_series_moves_with_its_occurrences(store):
+    daily = occurrences(at(14), at(15), "daily", count=3, max_occurrences=10)
+    series = create_series(store, "jdoe", "a100", 1, daily, "daily")
+    assert rename_user(store, "jdoe", "john.doe") == Renamed(3, 1, 0, "none")
+    assert get_series(store, series.id).user == "john.doe"
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("nobody", "someone", "There is nothing of user 'nobody' here (no booking, series, wait or "
+                          "calendar link); check the name."),
+    ("jdoe", "jdoe", "'jdoe' and the new name are the same."),
+    ("jdoe", " ", "The new name must be 1 to 255 characters."),
+])
+def test_refusals_change_nothing(store, old, new, message):
+    kept = store.create("jdoe", "a100", 1, at(14), at(15))
+    with pytest.raises(InvalidRequest) as refused:
+        rename_user(store, old, new)
+    assert refused.value.message == message
+    assert store.get(kept.id) == kept
+
+
+def test_the_command_says_what_moved(capsys, store, migrated_url):
+    store.create("jdoe", "a100", 1, at(14), at(15))
+    assert main(["users", "rename", "jdoe", "john.doe", "--db-url", migrated_url]) == 0
+    assert capsys.readouterr().out == (
+        "Renamed jdoe to john.doe: 1 booking(s), 0 series and 0 wait(s) moved; no calendar "
+        "link.\n")
+    assert main(["users", "rename", "jdoe", "john.doe", "--db-url", migrated_url]) == 1
+    assert "There is nothing of user 'jdoe' here" in capsys.readouterr().err
