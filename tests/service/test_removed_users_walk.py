@@ -30,8 +30,9 @@ from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time, parse_time
 
 pytestmark = pytest.mark.e2e
 
-SEED = int(os.environ.get("REMOVED_USERS_WALK_SEED", "6"))
-STEPS = int(os.environ.get("REMOVED_USERS_WALK_STEPS", "70"))
+DEFAULT_SEED, DEFAULT_STEPS = 6, 70
+SEED = int(os.environ.get("REMOVED_USERS_WALK_SEED", DEFAULT_SEED))
+STEPS = int(os.environ.get("REMOVED_USERS_WALK_STEPS", DEFAULT_STEPS))
 GRACE_SECONDS = 5
 #: how long past the grace a removal may take: a few ticks of a loaded machine
 REMOVAL_SLACK_SECONDS = 20
@@ -306,7 +307,8 @@ def test_a_seeded_walk_of_bookings_and_users_deleted_from_the_hub(tmp_path):
         walk = Walk(hub, db_url, SEED)
         counts = walk.run(STEPS)
         print(f"seed {SEED}: {counts}; {len(walk.bookings)} bookings upcoming at the end")
-        # the walk got where it matters: removals of users holding something, and returns
-        assert counts.get("removals awaited", 0) and counts.get("delete and add back", 0), counts
-        assert counts.get("rename", 0) and counts.get("guard held", 0), counts
-        assert "was deleted from the Hub" in hub.service_log()
+        if (SEED, STEPS) == (DEFAULT_SEED, DEFAULT_STEPS):
+            # CI's walk gets where it matters (another seed may not: it checks what it meets)
+            wanted = ("removals awaited", "delete and add back", "rename", "guard held")
+            assert all(counts.get(kind) for kind in wanted), counts
+            assert "was deleted from the Hub" in hub.service_log()
