@@ -55,6 +55,12 @@ HUB_POD_ENVIRONMENT = (
     "GPUBOOKING_DB_URL",
 )
 
+#: Set in the service's environment when the Hub runs jupyterhub-idle-culler with
+#: ``--cull-users`` (z2jh ``cull.users: true``): the culler deletes inactive users, who come back
+#: at their next login, so the service must not take their bookings off as if they had left
+#: (``c.RemovedUsers.check_interval_minutes`` then defaults to 0).
+HUB_CULLS_USERS_ENV = "GPUBOOKING_HUB_CULLS_USERS"
+
 DEFAULT_SERVICE_NAME = "gpu-booking"
 DEFAULT_SERVICE_URL = "http://127.0.0.1:10101"
 
@@ -109,6 +115,19 @@ def _merge_role(roles: list[dict], name: str, scopes: Iterable[str], *,
         role["services"] = _add_missing(role.get("services") or (), services)
 
 
+def culls_users(services: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether one of the Hub's ``services`` is jupyterhub-idle-culler deleting inactive users
+    (``--cull-users``, as z2jh adds it for ``cull.users: true``)."""
+    for service in services:
+        command = [str(part) for part in service.get("command") or ()]
+        if any("idle_culler" in part or "idle-culler" in part for part in command) and any(
+            part.lower() in ("--cull-users", "--cull-users=true", "--cull-users=1")
+            for part in command
+        ):
+            return True
+    return False
+
+
 def _default_user_scopes() -> list[str]:
     """The scopes of the Hub's built-in ``user`` role (``["self"]`` today)."""
     [user] = [role for role in get_default_roles() if role["name"] == "user"]
@@ -138,7 +157,8 @@ def configure(
       ``jhub_gpubooking.service`` with ``--config config_file``.
     - **Its environment**: the Hub's values of ``pass_environment`` (default
       :data:`HUB_POD_ENVIRONMENT`), overridden by the entry's ``environment``, then by
-      ``environment``.
+      ``environment``; :data:`HUB_CULLS_USERS_ENV` when a service configured *before* this call
+      culls users (z2jh adds its culler before ``hub.extraConfig`` runs).
     - **Roles**: :data:`SERVICE_SCOPES` merged into the role ``<name>-service`` (created if
       missing, keeping any scope it already has, e.g. ``read:groups`` for the webhook's group
       owners); ``access:services!service=<name>`` merged into ``user_role`` (a new ``user`` role
@@ -180,6 +200,8 @@ def configure(
     passed = {key: os.environ[key] for key in pass_environment if key in os.environ}
     service["environment"] = {**passed, **(service.get("environment") or {}),
                               **(environment or {})}
+    if culls_users(services):
+        service["environment"].setdefault(HUB_CULLS_USERS_ENV, "1")
     token = api_token or service.get("api_token") or secrets.token_hex(32)
     service["api_token"] = token
     c.JupyterHub.services = services

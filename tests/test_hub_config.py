@@ -11,6 +11,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 import jhub_gpubooking
 from jhub_gpubooking.hub_config import (
+    HUB_CULLS_USERS_ENV,
     HUB_POD_ENVIRONMENT,
     HUB_TEMPLATES,
     OAUTH_SCOPES,
@@ -191,3 +192,25 @@ def test_spawner_can_stay_as_configured():
     configure(c, spawner=False)
     assert c.JupyterHub.spawner_class == "mylab.MySpawner"
     assert "booking_api_url" not in c.GPUBookingSpawner
+
+
+def z2jh_culler(*flags: str) -> dict:
+    """The idle culler's entry as z2jh's jupyterhub_config.py appends it for ``cull.enabled``."""
+    return {"name": "jupyterhub-idle-culler", "command": [
+        "python3", "-m", "jupyterhub_idle_culler", "--url=http://localhost:8081/hub/api",
+        "--timeout=3600", "--cull-every=600", "--concurrency=10", *flags]}
+
+
+@pytest.mark.parametrize(("flags", "culls"), [
+    (("--cull-users",), True),  # z2jh cull.users: true
+    (("--cull-users=True", "--cull-admin-users=false"), True),
+    ((), False),  # z2jh's default: servers are culled, users stay
+    (("--cull-users=false",), False),
+])
+def test_a_hub_whose_culler_deletes_users_tells_the_service(flags, culls):
+    """A culled user comes back at their next login: the service must not take their bookings
+    off as if they had left (c.RemovedUsers.check_interval_minutes then defaults to 0)."""
+    c = Config()
+    c.JupyterHub.services = [z2jh_culler(*flags)]
+    service = configure(c, api_token="t0ken")
+    assert service["environment"] == ({HUB_CULLS_USERS_ENV: "1"} if culls else {})

@@ -8,19 +8,21 @@ go to waiting requests in the same tick.
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 from tornado import web
 from traitlets import Any as AnyTrait
-from traitlets import Float, Integer, Unicode
+from traitlets import Float, Integer, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from ..core.removed_users import check_users
 from ..db.removed_users import remove_belongings, users_with_belongings
 from ..db.session import unavailable_reason
 from ..db.waitlist import WaitStore
+from ..hub_config import HUB_CULLS_USERS_ENV
 from .base import hub_user_model
 
 
@@ -28,12 +30,20 @@ class RemovedUsers(LoggingConfigurable):
     """Frees the bookings, waits and calendar link of users deleted from the Hub."""
 
     check_interval_minutes = Float(
-        60.0, min=0,
+        min=0,
         help="Minutes between two rounds of asking the Hub about every user who has a booking "
         "not over yet, a waiting request or a calendar link (one GET users/{name} each; the "
         "service's token has list:users for it). 0 turns the check off: the bookings of a user "
-        "deleted from the Hub then stay booked, each released as a no-show at its start.",
+        "deleted from the Hub then stay booked, each released as a no-show at its start. "
+        "Default 60; 0 when the Hub's idle culler deletes inactive users (--cull-users, z2jh "
+        "cull.users), who come back at their next login: jhub_gpubooking.configure tells the "
+        f"service so (${HUB_CULLS_USERS_ENV}).",
     ).tag(config=True)
+
+    @default("check_interval_minutes")
+    def _default_check_interval(self) -> float:
+        return 0.0 if os.environ.get(HUB_CULLS_USERS_ENV) else 60.0
+
     grace_hours = Float(
         24.0, min=0,
         help="Hours a user must have been missing from the Hub, in every round since the first "
@@ -63,6 +73,12 @@ class RemovedUsers(LoggingConfigurable):
         self.missing_since: dict[str, datetime] = {}
         self._last_round: datetime | None = None
         self._hub_failure_logged = False
+        if os.environ.get(HUB_CULLS_USERS_ENV) and self.check_interval_minutes:
+            self.log.warning(
+                "The Hub's idle culler deletes inactive users (--cull-users), and "
+                "c.RemovedUsers.check_interval_minutes is set: a user culled for %.0f hours "
+                "loses their bookings here although they come back at their next login.",
+                self.grace_hours)
 
     async def _run(self, func: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor,

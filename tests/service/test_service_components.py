@@ -208,3 +208,15 @@ def test_generated_config_has_a_section_per_component(tmp_path):
     for component in COMPONENTS:
         assert f"# {component.__name__}(" in text
     assert "#  c.Lifecycle.end_grace_seconds = 60" in text.replace("# c.", "#  c.")
+
+
+def test_the_removed_users_check_is_off_on_a_hub_that_culls_users_unless_set(monkeypatch):
+    from jhub_gpubooking.hub_config import HUB_CULLS_USERS_ENV
+    from jhub_gpubooking.service.removed_users import RemovedUsers
+
+    monkeypatch.delenv(HUB_CULLS_USERS_ENV, raising=False)
+    assert RemovedUsers().check_interval_minutes == 60
+    monkeypatch.setenv(HUB_CULLS_USERS_ENV, "1")  # set by configure(c): see test_hub_config
+    assert RemovedUsers().check_interval_minutes == 0
+    insisted = Config(RemovedUsers={"check_interval_minutes": 30.0})
+    assert RemovedUsers(config=insisted).check_interval_minutes == 30
