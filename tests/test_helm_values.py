@@ -28,7 +28,7 @@ from z2jh_values import (
 from jhub_gpubooking import spawner
 from jhub_gpubooking.core.model import KNOWN_BACKENDS, Pool
 from jhub_gpubooking.core.timegrid import format_time, parse_time
-from jhub_gpubooking.hub_config import SERVICE_SCOPES
+from jhub_gpubooking.hub_config import HUB_CULLS_USERS_ENV, SERVICE_SCOPES
 
 VARIANTS = ["values-postgresql.yaml", "values-sqlite-pvc.yaml"]
 POSTGRES_URL = "postgresql+psycopg://gpubooking:secret@postgres.db.svc:5432/gpubooking"
@@ -124,6 +124,15 @@ def test_extra_config_points_the_spawner_at_the_service(chart, monkeypatch):
         "jhub-gpubooking-service", "--config", "/usr/local/etc/jupyterhub/gpubooking_config.py",
     ]
     assert (service["display"], service["oauth_no_confirm"]) == (True, True)
+
+
+@pytest.mark.parametrize("cull_users", [False, True])
+def test_a_chart_that_culls_users_turns_the_removed_users_check_off(chart, monkeypatch,
+                                                                    cull_users):
+    values = helm_merge(merged_values(chart[0], "values.yaml", "values-sqlite-pvc.yaml"),
+                        {"cull": {"users": cull_users}})
+    environment = booking_service(run_hub_config(values, monkeypatch, HUB_POD))["environment"]
+    assert environment.get(HUB_CULLS_USERS_ENV) == ("1" if cull_users else None)
 
 
 def test_roles_are_least_privilege_and_merged_into_the_admins(chart, monkeypatch):

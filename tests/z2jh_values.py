@@ -1,6 +1,6 @@
 """The z2jh chart as tests need it: its vendored defaults and schema, helm's way of merging
-values, and what the hub image's jupyterhub_config.py does with hub.services, hub.loadRoles and
-hub.extraConfig (with a stand-in for its ``z2jh`` module)."""
+values, and what the hub image's jupyterhub_config.py does with cull, hub.services,
+hub.loadRoles and hub.extraConfig (with a stand-in for its ``z2jh`` module)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,13 @@ def run_hub_config(values: dict, monkeypatch, environ: dict[str, str]) -> Config
     if z2jh.get_config("hub.baseUrl") is not None:
         c.JupyterHub.base_url = z2jh.get_config("hub.baseUrl")
     c.JupyterHub.services = []
+    if z2jh.get_config("cull.enabled"):
+        # the idle culler comes first; only its flags matter here (cull.users: --cull-users)
+        command = ["python3", "-m", "jupyterhub_idle_culler",
+                   f"--timeout={z2jh.get_config('cull.timeout')}"]
+        if z2jh.get_config("cull.users"):
+            command.append("--cull-users")
+        c.JupyterHub.services.append({"name": "jupyterhub-idle-culler", "command": command})
     for key, service in z2jh.get_config("hub.services", {}).items():
         service.setdefault("name", key)
         service.pop("apiToken", None)
