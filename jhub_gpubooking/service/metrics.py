@@ -102,6 +102,18 @@ class ServiceMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.users_missing = Gauge(
+            "gpubooking_users_missing_from_hub",
+            "Users with a booking, wait or calendar link here whom the Hub no longer has, at the "
+            "last check of c.RemovedUsers (taken off after its grace_hours; all kept while more "
+            "than max_users_at_once are missing).",
+            registry=self.registry,
+        )
+        self.removed_users = Counter(
+            "gpubooking_removed_users",
+            "Users deleted from the Hub whose bookings, waits and calendar link were taken off.",
+            registry=self.registry,
+        )
         self.longer_searches = Counter(
             "gpubooking_longer_searches",
             "Creates refused after the search for bookings to move ran out of time under the "

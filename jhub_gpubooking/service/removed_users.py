@@ -64,6 +64,7 @@ class RemovedUsers(LoggingConfigurable):
     executor = AnyTrait(help="Executor for database work.")
     hub_api_url = Unicode(help="The Hub's REST API URL.")
     api_token = Unicode(help="The service's Hub API token.")
+    metrics = AnyTrait(None, help="The service's ServiceMetrics (missing and removed users).")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -113,6 +114,8 @@ class RemovedUsers(LoggingConfigurable):
         since = {user: at for user, at in self.missing_since.items() if user in present}
         result = check_users(present, since, now, grace, self.max_users_at_once)
         self.missing_since = result.missing_since
+        if self.metrics is not None:
+            self.metrics.users_missing.set(sum(not here for here in present.values()))
         if result.held_back:
             self.log.error(
                 "The Hub no longer has %d of the %d users with bookings, waits or calendar links "
@@ -140,6 +143,8 @@ class RemovedUsers(LoggingConfigurable):
                 continue  # still due: the next round tries again
             del self.missing_since[user]
             removed.append(user)
+            if self.metrics is not None:
+                self.metrics.removed_users.inc()
             self.log.warning("User %s was deleted from the Hub: %s.", user, taken.describe())
         self._last_round = now
         return removed

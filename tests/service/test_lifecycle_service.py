@@ -361,6 +361,9 @@ async def test_tick_frees_what_a_user_deleted_from_the_hub_left_after_the_grace(
     assert service.store.get(kept.id) == kept
     assert records.lines[-1] == ("WARNING", "User bob was deleted from the Hub: 1 booking(s) "
                                  "cancelled or ended, 0 wait(s) withdrawn, calendar link none.")
+    metrics = service.metrics.registry
+    assert metrics.get_sample_value("gpubooking_removed_users_total") == 1
+    assert metrics.get_sample_value("gpubooking_users_missing_from_hub") == 1
 
     # more users missing at once than an admin deletes: the Hub's database is in doubt
     checker.max_users_at_once = 1
@@ -369,6 +372,7 @@ async def test_tick_frees_what_a_user_deleted_from_the_hub_left_after_the_grace(
     assert await checker.check(at(14, 10)) == []
     assert records.lines[-1][0] == "ERROR"
     assert records.lines[-1][1].startswith("The Hub no longer has 2 of the 3 users with bookings")
+    assert metrics.get_sample_value("gpubooking_users_missing_from_hub") == 2
     assert await checker.check(at(16, 10)) == []  # and so on every round, no clock started
     assert [service.store.get(b.id).status for b in (cy, dan)] == ["booked", "booked"]
     assert checker.missing_since == {}
