@@ -33,7 +33,7 @@ pytestmark = pytest.mark.e2e
 DEFAULT_SEED, DEFAULT_STEPS = 6, 70
 SEED = int(os.environ.get("REMOVED_USERS_WALK_SEED", DEFAULT_SEED))
 STEPS = int(os.environ.get("REMOVED_USERS_WALK_STEPS", DEFAULT_STEPS))
-GRACE_SECONDS = 5
+GRACE_SECONDS = 8
 #: how long past the grace a removal may take: a few ticks of a loaded machine
 REMOVAL_SLACK_SECONDS = 20
 #: the service learns a renamed user's new name from the Hub this long after the rename
