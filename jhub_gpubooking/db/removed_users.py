@@ -67,9 +67,7 @@ def remove_belongings(store: BookingStore, waits: WaitStore, user: str,
         if not booking.not_over(now):
             continue
         try:
-            with store.unit_of_work() as work:
-                work.cancel(work.lock_booking(booking.id, booking.pool), REMOVED_USERS_ACTOR,
-                            reason=reason)
+            store.cancel(booking.id, REMOVED_USERS_ACTOR, reason=reason)
         except Conflict:
             continue  # over meanwhile
         cancelled.append(booking.id)

@@ -333,18 +333,19 @@ class BookingStore:
         return self.list(user=user, state=BookingState.UPCOMING)
 
     def cancel(self, booking_id: int, actor: str | None,
-               check: Callable[[Booking], None] | None = None) -> Booking:
+               check: Callable[[Booking], None] | None = None, **detail: Any) -> Booking:
         """Cancel an upcoming booking; an active one ends now ("End now"): state ``ended``, the
         rest of its time free at once, no longer counted by the user's limits, never claimed
         again. Its server is the caller's to stop.
 
         ``check(booking)`` sees the booking, locked, before anything changes, and raises to
-        refuse (who may cancel it): no read of its own before this transaction."""
+        refuse (who may cancel it): no read of its own before this transaction. ``detail``
+        goes into the cancel's event (e.g. the ``reason``)."""
         with self.unit_of_work() as work:
             row = work.lock_booking(booking_id)
             if check is not None:
                 check(booking_from_row(row))
-            work.cancel(row, actor)
+            work.cancel(row, actor, **detail)
             return booking_from_row(row)
 
     def change_end(
