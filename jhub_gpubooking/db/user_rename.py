@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import insert, select, update
 
 from ..core.errors import InvalidRequest
 from .models import NAME_LENGTH, BookingEventRow, BookingRow, BookingSeriesRow, FeedTokenRow, WaitRow
@@ -62,12 +62,11 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
                  "kind": "user_renamed", "detail": {"from": old, "to": new}}
                 for booking_id in ids
             ])
-        series = session.scalar(select(func.count()).select_from(BookingSeriesRow)
-                                .where(BookingSeriesRow.user == old))
-        session.execute(update(BookingSeriesRow).where(BookingSeriesRow.user == old)
-                        .values(user=new))
-        waits = session.scalar(select(func.count()).select_from(WaitRow).where(WaitRow.user == old))
-        session.execute(update(WaitRow).where(WaitRow.user == old).values(user=new, updated=at))
+        # an UPDATE's rowcount is the rows it matched, on every backend SQLAlchemy supports
+        series = session.execute(update(BookingSeriesRow).where(BookingSeriesRow.user == old)
+                                 .values(user=new)).rowcount
+        waits = session.execute(update(WaitRow).where(WaitRow.user == old)
+                                .values(user=new, updated=at)).rowcount
         old_link, new_link = session.get(FeedTokenRow, old), session.get(FeedTokenRow, new)
         feed_link = "none" if old_link is None else "kept" if new_link is not None else "moved"
         if old_link is not None:
@@ -76,7 +75,7 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
             session.flush()  # the token's hash is unique: the old row goes first
             if new_link is None:
                 session.add(FeedTokenRow(user=new, token_hash=token_hash, created=created))
-        renamed = Renamed(len(ids), series or 0, waits or 0, feed_link)
+        renamed = Renamed(len(ids), series, waits, feed_link)
         if renamed == Renamed(0, 0, 0, "none"):
             # most likely a misspelt name: say so rather than report a rename of nothing
             raise InvalidRequest(f"There is nothing of user {old!r} here (no booking, series, "
