@@ -500,9 +500,10 @@ class GPUBookingService(Application):
             **common, connector=self.cluster_access.connector,
             grace_seconds=self.lifecycle.end_grace_seconds,
         )
-        self.lifecycle.removed_users = RemovedUsers(**common, **hub, metrics=self.metrics)
         # the tick serves the waitlist after its releases (and expires past waits)
         self.waitlist = self.lifecycle.waitlist = Waitlist(**common, emails=self.emails)
+        self.lifecycle.removed_users = RemovedUsers(**common, **hub, waits=self.waitlist.waits,
+                                                    metrics=self.metrics)
         self.opportunistic = Opportunistic(
             **common, lifecycle=self.lifecycle, metrics=self.metrics
         )

@@ -21,7 +21,6 @@ from traitlets.config import LoggingConfigurable
 from ..core.removed_users import check_users
 from ..db.removed_users import remove_belongings, users_with_belongings
 from ..db.session import unavailable_reason
-from ..db.waitlist import WaitStore
 from ..hub_config import HUB_CULLS_USERS_ENV
 from .base import hub_user_model
 
@@ -64,11 +63,11 @@ class RemovedUsers(LoggingConfigurable):
     executor = AnyTrait(help="Executor for database work.")
     hub_api_url = Unicode(help="The Hub's REST API URL.")
     api_token = Unicode(help="The service's Hub API token.")
+    waits = AnyTrait(help="The Waitlist's WaitStore: a removed user's waits are withdrawn there.")
     metrics = AnyTrait(None, help="The service's ServiceMetrics (missing and removed users).")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.waits = WaitStore(self.store)
         #: when each missing user was first found missing (kept in memory: a restart of the
         #: service starts their grace again, which only ever delays a removal)
         self.missing_since: dict[str, datetime] = {}
