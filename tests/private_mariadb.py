@@ -2,7 +2,8 @@
 ``private_postgres.py`` for PostgreSQL.
 
 ``mariadb-install-db`` into a temporary folder, ``mariadbd`` listening on a free port of
-127.0.0.1 only, with its socket in that folder and ``root`` without a password. Run as root (CI,
+127.0.0.1 only, with its socket and its temporary files in that folder and ``root`` without a
+password. Run as root (CI,
 a container), the server drops to the ``mysql`` OS user (its own ``--user``), and the folder
 belongs to that user. The shared server on 3306 is never touched.
 """
@@ -50,17 +51,25 @@ class PrivateMariaDB:
         self.folder = Path(tempfile.mkdtemp(prefix="gpubooking-mariadb-"))
         self.data = self.folder / "data"
         self.log = self.folder / "server.log"
+        # Its own temporary folder: a starting mariadbd deletes every "#sql*" file in its tmpdir,
+        # so with the default /tmp a server starting elsewhere (the other test set in CI) deleted
+        # this one's temporary tables mid-statement.
+        temporary = self.folder / "tmp"
+        temporary.mkdir()
+        self._options = [*SERVER_OPTIONS, f"--tmpdir={temporary}"]
         self._user: list[str] = []
         if os.geteuid() == 0:
             user = pwd.getpwnam("mysql")
-            os.chown(self.folder, user.pw_uid, user.pw_gid)
+            for path in (self.folder, temporary):
+                os.chown(path, user.pw_uid, user.pw_gid)
             self._user = ["--user=mysql"]
         done = subprocess.run(
             [self._program("mariadb-install-db"), "--no-defaults", f"--datadir={self.data}",
-             *self._user, *SERVER_OPTIONS, "--auth-root-authentication-method=normal",
+             *self._user, *self._options, "--auth-root-authentication-method=normal",
              "--skip-test-db"],
             capture_output=True, text=True, timeout=SECONDS, check=False)
         if done.returncode != 0:
+            shutil.rmtree(self.folder, ignore_errors=True)
             raise RuntimeError(f"mariadb-install-db failed: {done.stdout}{done.stderr}")
         self.process: subprocess.Popen | None = None
         self._made = False
@@ -83,7 +92,7 @@ class PrivateMariaDB:
             [self._program("mariadbd"), "--no-defaults", f"--datadir={self.data}", *self._user,
              f"--port={self.port}", "--bind-address=127.0.0.1",
              f"--socket={self.folder / 'server.sock'}", f"--pid-file={self.folder / 'server.pid'}",
-             f"--log-error={self.log}", *SERVER_OPTIONS, "--innodb-flush-log-at-trx-commit=0"],
+             f"--log-error={self.log}", *self._options, "--innodb-flush-log-at-trx-commit=0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + SECONDS
         while True:
