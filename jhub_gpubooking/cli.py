@@ -4,6 +4,7 @@
     jhub-gpubooking db current [--db-url URL]     show its schema revision
     jhub-gpubooking db downgrade REVISION [--db-url URL]   migrate back (e.g. to -1)
     jhub-gpubooking db copy --from URL --to URL   copy every row into an empty database
+    jhub-gpubooking db backup FILE [--db-url URL]  a consistent copy into a new SQLite file
     jhub-gpubooking pools list [--config FILE]    pools from the service config (or the database)
     jhub-gpubooking bookings list [--user U] [--state S] [--db-url URL]
     jhub-gpubooking users rename OLD NEW [--db-url URL]   after renaming a user in the Hub
@@ -25,6 +26,7 @@ from traitlets.config.loader import ConfigFileNotFound, PyFileConfigLoader
 
 from .core.model import BookingState, Pool, format_amount
 from .core.timegrid import format_time
+from .db.backup import backup_database
 from .db.copy import CopyRefused, copy_database
 from .db.session import (
     DB_URL_ENV,
@@ -111,6 +113,22 @@ def cmd_db_copy(args: argparse.Namespace) -> int:
     print(f"Checksum sha256:{report.checksum} is the same in both databases.")
     if report.whole_seconds:
         print("Times were stored to the whole second (MySQL/MariaDB DATETIME).")
+    return 0
+
+
+def cmd_db_backup(args: argparse.Namespace) -> int:
+    report = backup_database(args.db_url, args.file)
+    print(
+        f"Backed up {display_url(args.db_url)} to {report.path} "
+        f"(schema revision {report.revision}):"
+    )
+    print(format_table(("TABLE", "ROWS"), list(report.counts.items())))
+    if report.checksum:
+        print(f"Checksum sha256:{report.checksum} is the same in both databases.")
+    print(
+        "Restore it into an empty database with: jhub-gpubooking db copy "
+        f"--from sqlite:///{report.path} --to URL"
+    )
     return 0
 
 
@@ -248,6 +266,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="an empty database at the current schema (run `db upgrade --db-url URL` first)",
     )
     db_copy.set_defaults(run=cmd_db_copy)
+    db_backup = db.add_parser(
+        "backup",
+        parents=[database],
+        help="write a consistent copy of the database, taken while the service runs, into a "
+        "new SQLite file (any backend; restore it with `db copy`)",
+    )
+    db_backup.add_argument("file", help="the new SQLite file (never overwritten)")
+    db_backup.set_defaults(run=cmd_db_backup)
 
     pools = topics.add_parser("pools", help="configured GPU pools").add_subparsers(
         dest="action", required=True

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, Table, func, insert, select, text
+from sqlalchemy import Connection, Engine, Table, func, insert, select, text
 
 from .models import Base
 from .session import check_schema, display_url, make_engine
@@ -101,6 +101,17 @@ def _move_sequences_past_ids(connection: Connection, tables: Iterable[Table]) ->
         )
 
 
+def _snapshot(engine: Engine) -> Connection:
+    """A connection whose reads all see one moment of the database, so a copy taken while the
+    service writes is consistent (no event of a booking the copy missed). SQLite's read
+    transaction is one already; PostgreSQL and MariaDB need REPEATABLE READ, where the engine's
+    READ COMMITTED would let every table's read see a later state."""
+    connection = engine.connect()
+    if engine.dialect.name != "sqlite":
+        connection.execution_options(isolation_level="REPEATABLE READ")
+    return connection
+
+
 def copy_database(source_url: str, target_url: str) -> CopyReport:
     """Copy every row from ``source_url`` to the empty, migrated ``target_url``."""
     source_name, target_name = display_url(source_url), display_url(target_url)
@@ -112,7 +123,7 @@ def copy_database(source_url: str, target_url: str) -> CopyReport:
         tables = Base.metadata.sorted_tables
         counts: dict[str, int] = {}
         copied = _Digest()
-        with target.begin() as into, source.connect() as out_of:
+        with target.begin() as into, _snapshot(source) as out_of:
             _refuse_data(into, target_name)
             for table in tables:
                 columns = list(table.c.keys())
