@@ -409,3 +409,17 @@ def test_jain_index_is_one_for_equal_shares_and_one_over_n_for_a_monopoly():
     assert jain_index([0.5, 0.5, 0.5]) == pytest.approx(1)
     assert jain_index([1, 0, 0, 0]) == pytest.approx(0.25)
     assert jain_index([1, 0.5]) == pytest.approx(0.9)
+
+
+def test_backup_prints_its_duration_and_create_latency_around_it(tmp_path):
+    output, results = run_script("backup", tmp_path)
+
+    assert "| backend " in output and "| sqlite " in output
+    for backend in results["results"]:
+        assert backend["history"] == 1000 and backend["creates"] == 20
+        assert backend["backups"] >= 1 and backend["backup_seconds_median"] > 0
+        # the first backup holds the whole history and the quiet phase's bookings, at least
+        assert backend["bookings_in_first_backup"] >= 1000 + 20
+        assert backend["backup_bytes"] > 0
+        for phase in ("create_quiet", "create_during"):
+            assert 0 < backend[phase]["median_ms"] <= backend[phase]["p99_ms"]

@@ -1,0 +1,148 @@
+"""How long does ``jhub-gpubooking db backup`` take on a database full of history, and does it
+hold up the service's bookings while it runs?
+
+Run from the repository root (a couple of minutes on 2 cores; ``--tiny`` takes seconds)::
+
+    python -m benchmarks.backup [--history 100000] [--creates 200]
+                                [--postgres-url URL] [--json results.json]
+
+For each backend (SQLite in a temporary file, and PostgreSQL when the server at
+``--postgres-url`` answers) a database is migrated and filled with ``--history`` past bookings
+and their events (as in ``benchmarks.scaling``). Then ``--creates`` bookings are made through
+:class:`jhub_gpubooking.db.store.BookingStore` with no backup running, and again while backups
+run one after another in another process (each into a new file), as an admin's ``kubectl
+exec`` runs beside the service. Reported: the backup's duration (the whole command) and file
+size, and create latency without and during backups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from datetime import timedelta
+from fractions import Fraction
+from pathlib import Path
+
+from jhub_gpubooking.db.session import make_engine, upgrade
+
+from .common import (
+    DEFAULT_POSTGRES_URL,
+    markdown_table,
+    percentile,
+    postgres_databases,
+    postgres_unreachable,
+    print_machine,
+    write_json,
+)
+from .scaling import HISTORY_USERS, NOW, POOL, fill_history, open_store, sqlite_databases
+
+
+def bookings_in(file: Path) -> int:
+    connection = sqlite3.connect(file)
+    try:
+        return connection.execute("SELECT count(*) FROM bookings").fetchone()[0]
+    finally:
+        connection.close()
+
+
+def timed_creates(store, creates: int, first_hour: int) -> list[float]:
+    """Create latencies (ms): a quarter GPU for an hour, a new hour each time."""
+    latencies = []
+    for n in range(creates):
+        start = NOW + timedelta(hours=first_hour + n)
+        began = time.perf_counter()
+        store.create(f"user-{n % HISTORY_USERS:03d}", POOL.name, Fraction(1, 4), start,
+                     start + timedelta(hours=1))
+        latencies.append((time.perf_counter() - began) * 1000)
+    return latencies
+
+
+def run_backend(backend: str, url: str, history: int, creates: int, seed: int,
+                folder: Path) -> dict:
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        store = open_store(engine)
+        fill_seconds = fill_history(url, history, seed)
+        quiet = timed_creates(store, creates, first_hour=1)
+        backups: list[tuple[float, int, int]] = []  # seconds, bytes, bookings
+        done = threading.Event()
+
+        def back_up_until_done() -> None:
+            # in a process of its own, as `kubectl exec deploy/hub -- jhub-gpubooking db
+            # backup` runs beside the service
+            while not done.is_set() or not backups:
+                file = folder / f"{backend}-{len(backups)}.sqlite"
+                began = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "jhub_gpubooking.cli", "db", "backup",
+                                str(file), "--db-url", url], check=True, capture_output=True)
+                seconds = time.perf_counter() - began
+                backups.append((seconds, file.stat().st_size, bookings_in(file)))
+                file.unlink()
+
+        worker = threading.Thread(target=back_up_until_done)
+        worker.start()
+        during = timed_creates(store, creates, first_hour=1 + creates)
+        done.set()
+        worker.join()
+    finally:
+        engine.dispose()
+    seconds = [b[0] for b in backups]
+    return {
+        "backend": backend, "history": history, "fill_seconds": fill_seconds,
+        "backups": len(backups), "backup_seconds_median": percentile(seconds, 50),
+        "backup_bytes": backups[0][1], "bookings_in_first_backup": backups[0][2],
+        "create_quiet": {"median_ms": percentile(quiet, 50), "p99_ms": percentile(quiet, 99)},
+        "create_during": {"median_ms": percentile(during, 50), "p99_ms": percentile(during, 99)},
+        "creates": creates,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--history", type=int, default=100_000, help="past bookings")
+    parser.add_argument("--creates", type=int, default=200, help="timed creates, each phase")
+    parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL,
+                        help="server to create a throw-away database on ('' to skip PostgreSQL)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--tiny", action="store_true", help="1,000 bookings, 20 creates")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.history, args.creates = 1_000, 20
+    print_machine()
+    results = []
+    with ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpub-backup-")))
+        backends = {"sqlite": stack.enter_context(sqlite_databases(["history"]))["history"]}
+        reason = postgres_unreachable(args.postgres_url) if args.postgres_url else "skipped"
+        if reason:
+            print(f"PostgreSQL not measured: {reason}")
+        else:
+            backends["postgresql"] = stack.enter_context(
+                postgres_databases(args.postgres_url, ["history"]))["history"]
+        for backend, url in backends.items():
+            results.append(run_backend(backend, url, args.history, args.creates, args.seed,
+                                       folder))
+    print()
+    print(markdown_table(
+        ["backend", "history", "backup s (median)", "backups", "file MB", "create p50/p99 ms quiet",
+         "create p50/p99 ms during backups"],
+        [[r["backend"], f"{r['history']:,}", r["backup_seconds_median"], r["backups"],
+          f"{r['backup_bytes'] / 1e6:.1f}",
+          f"{r['create_quiet']['median_ms']:.1f} / {r['create_quiet']['p99_ms']:.1f}",
+          f"{r['create_during']['median_ms']:.1f} / {r['create_during']['p99_ms']:.1f}"]
+         for r in results],
+    ))
+    write_json(args.json, {"results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
