@@ -58,10 +58,9 @@ from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
 
 from .common import (
     DEFAULT_POSTGRES_URL,
+    benchmark_databases,
     markdown_table,
     percentile,
-    postgres_databases,
-    postgres_unreachable,
     print_machine,
     process_cpu_seconds,
     write_json,
@@ -367,16 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with ExitStack() as stack:
         log_dir = Path(args.log_dir or stack.enter_context(tempfile.TemporaryDirectory()))
-        databases = {"sqlite": f"sqlite:///{stack.enter_context(tempfile.TemporaryDirectory())}"
-                               "/gpubooking.sqlite"}
-        reason = postgres_unreachable(args.postgres_url) if args.postgres_url else "skipped"
-        if reason:
-            print(f"PostgreSQL not measured: {reason}")
-        else:
-            databases["postgresql"] = stack.enter_context(
-                postgres_databases(args.postgres_url, ["booking"]))["booking"]
-        for backend, db_url in databases.items():
-            results.append(run_backend(backend, db_url, args.clients, args.rounds,
+        for backend, urls in benchmark_databases(stack, args.postgres_url, ["booking"]).items():
+            results.append(run_backend(backend, urls["booking"], args.clients, args.rounds,
                                        args.unloaded, args.open_loop_rounds, log_dir))
     print()
     print(markdown_table(

@@ -33,14 +33,13 @@ from jhub_gpubooking.db.session import make_engine, upgrade
 
 from .common import (
     DEFAULT_POSTGRES_URL,
+    benchmark_databases,
     markdown_table,
     percentile,
-    postgres_databases,
-    postgres_unreachable,
     print_machine,
     write_json,
 )
-from .scaling import HISTORY_USERS, NOW, POOL, fill_history, open_store, sqlite_databases
+from .scaling import HISTORY_USERS, NOW, POOL, fill_history, open_store
 
 
 def bookings_in(file: Path) -> int:
@@ -120,16 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpub-backup-")))
-        backends = {"sqlite": stack.enter_context(sqlite_databases(["history"]))["history"]}
-        reason = postgres_unreachable(args.postgres_url) if args.postgres_url else "skipped"
-        if reason:
-            print(f"PostgreSQL not measured: {reason}")
-        else:
-            backends["postgresql"] = stack.enter_context(
-                postgres_databases(args.postgres_url, ["history"]))["history"]
-        for backend, url in backends.items():
-            results.append(run_backend(backend, url, args.history, args.creates, args.seed,
-                                       folder))
+        for backend, urls in benchmark_databases(stack, args.postgres_url, ["history"]).items():
+            results.append(run_backend(backend, urls["history"], args.history, args.creates,
+                                       args.seed, folder))
     print()
     print(markdown_table(
         ["backend", "history", "backup s (median)", "backups", "file MB", "create p50/p99 ms quiet",

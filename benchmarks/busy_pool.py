@@ -22,12 +22,10 @@ from __future__ import annotations
 import argparse
 import gc
 import random
-import tempfile
 import time
 from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
-from pathlib import Path
 
 from sqlalchemy import func, insert, select, text
 
@@ -40,10 +38,9 @@ from jhub_gpubooking.db.store import BookingStore
 
 from .common import (
     DEFAULT_POSTGRES_URL,
+    benchmark_databases,
     markdown_table,
     percentile,
-    postgres_databases,
-    postgres_unreachable,
     print_machine,
     write_json,
 )
@@ -198,16 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = upcoming_rows(args.upcoming, args.seed)
     results = []
     with ExitStack() as stack:
-        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpub-busy-"))
-        urls = {"sqlite": f"sqlite:///{Path(folder) / 'busy.sqlite'}"}
-        reason = postgres_unreachable(args.postgres_url) if args.postgres_url else "skipped"
-        if reason:
-            print(f"PostgreSQL not measured: {reason}")
-        else:
-            urls["postgresql"] = stack.enter_context(
-                postgres_databases(args.postgres_url, ["busy"]))["busy"]
-        for backend, url in urls.items():
-            results.append(run_backend(backend, url, rows, args.creates, args.seed))
+        for backend, urls in benchmark_databases(stack, args.postgres_url, ["busy"]).items():
+            results.append(run_backend(backend, urls["busy"], rows, args.creates, args.seed))
     print()
     print(markdown_table(
         ["backend", "upcoming", "creates", "outcome", "count", "p50 ms", "p99 ms",

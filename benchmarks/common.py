@@ -9,10 +9,11 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,21 @@ def postgres_databases(server_url: str, names: list[str]) -> Iterator[dict[str, 
             for database in created.values():
                 connection.execute(text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
         admin.dispose()
+
+
+def benchmark_databases(stack: ExitStack, postgres_url: str,
+                        names: list[str]) -> dict[str, dict[str, str]]:
+    """backend -> {name: URL} of new databases, dropped when ``stack`` closes: SQLite files in a
+    temporary folder, and PostgreSQL databases when the server at ``postgres_url`` answers
+    (``''`` skips it; why PostgreSQL is not measured is printed)."""
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpub-bench-")))
+    databases = {"sqlite": {name: f"sqlite:///{folder / name}.sqlite" for name in names}}
+    reason = postgres_unreachable(postgres_url) if postgres_url else "skipped"
+    if reason:
+        print(f"PostgreSQL not measured: {reason}")
+    else:
+        databases["postgresql"] = stack.enter_context(postgres_databases(postgres_url, names))
+    return databases
 
 
 def postgres_unreachable(server_url: str) -> str | None:

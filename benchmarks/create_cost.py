@@ -51,7 +51,6 @@ import http.client
 import json
 import multiprocessing
 import pstats
-import tempfile
 import threading
 import time
 from contextlib import ExitStack
@@ -72,10 +71,9 @@ from jhub_gpubooking.service.app import GPUBookingService
 
 from .common import (
     DEFAULT_POSTGRES_URL,
+    benchmark_databases,
     markdown_table,
     percentile,
-    postgres_databases,
-    postgres_unreachable,
     print_machine,
     write_json,
 )
@@ -388,15 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     print_machine()
     results = []
     with ExitStack() as stack:
-        directory = stack.enter_context(tempfile.TemporaryDirectory())
-        databases = {"sqlite": {key: f"sqlite:///{directory}/{key}.sqlite"
-                                for key in ("create", "small", "large")}}
-        reason = postgres_unreachable(args.postgres_url) if args.postgres_url else "skipped"
-        if reason:
-            print(f"PostgreSQL not measured: {reason}")
-        else:
-            databases["postgresql"] = stack.enter_context(
-                postgres_databases(args.postgres_url, ["create", "small", "large"]))
+        databases = benchmark_databases(stack, args.postgres_url, ["create", "small", "large"])
         for backend, urls in databases.items():
             results.append(measure_backend(backend, urls, args.creates, args.history,
                                            args.lists, args.profile, args.together))

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
-from pathlib import Path
 
 from sqlalchemy import Engine, func, insert, select, text
 
@@ -38,10 +36,9 @@ from jhub_gpubooking.db.store import BookingStore
 
 from .common import (
     DEFAULT_POSTGRES_URL,
+    benchmark_databases,
     markdown_table,
     percentile,
-    postgres_databases,
-    postgres_unreachable,
     print_machine,
     write_json,
 )
@@ -131,12 +128,6 @@ def measure_creates(stores: dict[str, BookingStore], creates: int) -> dict[str, 
     return latencies
 
 
-@contextmanager
-def sqlite_databases(names: list[str]) -> Iterator[dict[str, str]]:
-    with tempfile.TemporaryDirectory(prefix="gpub-scaling-") as folder:
-        yield {name: f"sqlite:///{Path(folder) / name}.sqlite" for name in names}
-
-
 def run_backend(backend: str, urls: dict[str, str], sizes: dict[str, int], creates: int,
                 seed: int) -> dict:
     engines = {name: make_engine(url) for name, url in urls.items()}
@@ -175,14 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     print_machine()
     results = []
     with ExitStack() as stack:
-        backends = {"sqlite": stack.enter_context(sqlite_databases(list(sizes)))}
-        reason = postgres_unreachable(args.postgres_url) if args.postgres_url else "skipped"
-        if reason:
-            print(f"PostgreSQL not measured: {reason}")
-        else:
-            backends["postgresql"] = stack.enter_context(
-                postgres_databases(args.postgres_url, list(sizes)))
-        for backend, urls in backends.items():
+        for backend, urls in benchmark_databases(stack, args.postgres_url, list(sizes)).items():
             results.append(run_backend(backend, urls, sizes, args.creates, args.seed))
     print()
     print(markdown_table(
