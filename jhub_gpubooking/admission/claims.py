@@ -11,17 +11,16 @@ with ``kubernetes_asyncio`` (the store's calls run in the service's executor).
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 from ..core.model import Booking
+from ..executor import in_executor
 from .review import POD_HOLDER_PREFIX, holder_pod
 
 log = logging.getLogger(__name__)
@@ -96,10 +95,6 @@ class PodClaims:
         self.grace = grace
         self._unavailable_logged = False
 
-    async def _run(self, func: Callable, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.executor,
-                                                                partial(func, *args))
-
     @staticmethod
     async def _read_pod(api: Any, namespace: str, name: str) -> PodFacts | None:
         from kubernetes_asyncio.client.exceptions import ApiException
@@ -118,7 +113,7 @@ class PodClaims:
 
     async def reconcile(self, now: datetime) -> list[tuple[int, ClaimAction]]:
         """Release claims of ended pods, delete pods of ended bookings; returns what was done."""
-        held = await self._run(self.store.held_by_prefix, POD_HOLDER_PREFIX)
+        held = await in_executor(self.executor, self.store.held_by_prefix, POD_HOLDER_PREFIX)
         done: list[tuple[int, ClaimAction]] = []
         if not held:
             return done
@@ -141,7 +136,7 @@ class PodClaims:
                         log.info("Deleted pod %s/%s: its booking %s ended at %s", *pod,
                                  booking.id, booking.end)
                     if action is not None:
-                        await self._run(self.store.release, booking.id, booking.server)
+                        await in_executor(self.executor, self.store.release, booking.id, booking.server)
                         done.append((booking.id, action))
                 except Exception as error:  # noqa: BLE001 - one pod must not stop the others
                     self._log_unchecked(booking.id, error)

@@ -28,6 +28,7 @@ from tornado.netutil import bind_sockets
 from ..core.clock import Clock
 from ..core.errors import Conflict
 from ..core.model import Booking
+from ..executor import in_executor
 from .review import (
     AdmissionSettings,
     Owner,
@@ -159,26 +160,24 @@ class AdmissionHandler(web.RequestHandler):
     async def claim(self, verdict: Verdict) -> bool:
         """Claim the verdict's booking for the pod, like the Hub's spawner claims it for a
         server; False when another holder got it first."""
-        loop = asyncio.get_running_loop()
         try:
-            claimed = await loop.run_in_executor(self.executor, self.store.claim,
-                                                 verdict.booking.id, verdict.claim)
+            claimed = await in_executor(self.executor, self.store.claim, verdict.booking.id,
+                                        verdict.claim)
         except Conflict:
             return False
         if claimed.placement != verdict.booking.placement:
             # moved to let another request in just before it started (its placement was
             # provisional until then): the patch would pin the old GPUs, so give the claim back
             # and review again with the final placement, which a claim keeps
-            await loop.run_in_executor(self.executor, self.store.release, verdict.booking.id,
-                                       verdict.claim)
+            await in_executor(self.executor, self.store.release, verdict.booking.id,
+                              verdict.claim)
             return False
         log.info("Booking %s claimed by %s", verdict.booking.id, verdict.claim)
         return True
 
     async def active_bookings(self, owner: Owner) -> list[Booking]:
         users = {owner.user} if owner.user else await self.group_members(owner.group)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, self.store.active_for_users, users)
+        return await in_executor(self.executor, self.store.active_for_users, users)
 
 
 class MutatingHandler(AdmissionHandler):

@@ -24,6 +24,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..core.model import Pool
 from ..db.flags import BookingFlags
+from ..executor import in_executor
 from ..gpu import pinning_gap
 from ..inventory import pools_from_nodes, unplaceable_bookings, with_hami_uuids
 
@@ -130,9 +131,7 @@ class NodeWatcher:
                 await api_client.close()
 
     async def _apply(self, nodes: dict[str, dict]) -> None:
-        await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.on_nodes, list(nodes.values())
-        )
+        await in_executor(self.executor, self.on_nodes, list(nodes.values()))
 
     async def _list_and_watch(self, api_client: ApiClient) -> None:
         from kubernetes_asyncio import watch

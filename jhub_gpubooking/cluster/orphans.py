@@ -15,13 +15,11 @@ been over for longer than the Hub's own stop may take: :func:`overdue_pods` is t
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 from traitlets import Any as AnyTrait
@@ -30,6 +28,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..admission.claims import PodFacts, delete_pod, pod_facts
 from ..core.model import Booking
+from ..executor import in_executor
 from ..gpu import LABEL_PREFIX
 
 log = logging.getLogger(__name__)
@@ -117,10 +116,6 @@ class OrphanPods(LoggingConfigurable):
     def allowed(self) -> timedelta:
         return timedelta(seconds=self.grace_seconds + self.orphan_pod_seconds)
 
-    async def _run(self, func: Callable, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.executor,
-                                                                partial(func, *args))
-
     async def sweep(self, now: datetime) -> list[LabelledPod]:
         """Delete the overdue pods of ``hub_namespace``; returns them (none when off)."""
         if self._connect is None:
@@ -135,7 +130,7 @@ class OrphanPods(LoggingConfigurable):
                 pods = [p for p in map(labelled_pod, listed.items) if p is not None]
                 # a pod whose booking is not in the answer is another service's, or from a
                 # booking database set up anew: left alone (overdue_pods)
-                bookings = await self._run(self.store.get_many, {p.booking_id for p in pods})
+                bookings = await in_executor(self.executor, self.store.get_many, {p.booking_id for p in pods})
                 overdue = overdue_pods(pods, bookings, now, self.allowed)
                 for pod in overdue:
                     await delete_pod(api, pod.namespace, pod.name)

@@ -12,7 +12,6 @@ import hmac
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
 from http.client import responses
 from typing import Any, TypeVar
 
@@ -20,12 +19,12 @@ from jupyterhub.services.auth import HubOAuth, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from tornado.ioloop import IOLoop
 from tornado.log import app_log
 
 from ..core.errors import BookingError
 from ..core.timegrid import format_time
 from ..db.session import unavailable_reason
+from ..executor import in_executor
 
 T = TypeVar("T")
 
@@ -274,9 +273,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     async def run_in_executor(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking (database) work in the service's thread pool."""
-        return await IOLoop.current().run_in_executor(
-            self.settings["executor"], partial(func, *args, **kwargs)
-        )
+        return await in_executor(self.settings["executor"], func, *args, **kwargs)
 
     def service_url(self, *parts: str) -> str:
         """A path under the service prefix (never hard-code the Hub's layout)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from tornado import web
@@ -30,6 +29,7 @@ from ..core.lifecycle import ServerUse, server_use
 from ..core.model import Booking, Pool
 from ..core.wire import booking_to_json
 from ..db.claims import claim_first
+from ..executor import in_executor
 from ..inventory import unplaceable_bookings
 
 #: How long a claim may wait for the Hub to say whether another server still runs.
@@ -95,10 +95,6 @@ async def claim_in_pool(
     :class:`PoolClaimRefused`. ``chosen`` is the booking the user picked in the chooser; when
     it is not active in the pool the default order applies, as for a start without a choice."""
     loop = asyncio.get_running_loop()
-
-    def in_executor(function: Callable, *args: Any, **kwargs: Any) -> asyncio.Future:
-        return loop.run_in_executor(service.executor, partial(function, *args, **kwargs))
-
     now = service.clock.now()
 
     def choose(active: list[Booking]) -> list[Booking]:
@@ -116,8 +112,8 @@ async def claim_in_pool(
                                                     server, chosen)]
 
     # the common start (the first candidate unheld, or held by this server) in one transaction
-    claimed, candidates = await in_executor(claim_first, service.store, user, pool.name, server,
-                                            choose)
+    claimed, candidates = await in_executor(service.executor, claim_first, service.store, user,
+                                            pool.name, server, choose)
     if claimed is not None:
         return claimed
     if not candidates:
@@ -129,7 +125,7 @@ async def claim_in_pool(
     for booking in candidates:
         try:
             return await in_executor(
-                service.store.claim, booking.id, server,
+                service.executor, service.store.claim, booking.id, server,
                 is_running=holder_check(service, booking, loop), read=booking,
             )
         except Conflict as conflict:

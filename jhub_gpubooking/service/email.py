@@ -3,7 +3,6 @@ an offer to start early; sent over SMTP."""
 
 from __future__ import annotations
 
-import asyncio
 import smtplib
 from datetime import datetime
 from email.message import EmailMessage
@@ -13,6 +12,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..core.model import Booking, format_amount
 from ..core.waitlist import Wait
+from ..executor import in_executor
 
 #: How long one SMTP conversation may take before the warning is given up (logged).
 SMTP_TIMEOUT_SECONDS = 20
@@ -105,7 +105,7 @@ class EmailWarnings(LoggingConfigurable):
         message["Subject"] = subject
         message.set_content(text)
         try:
-            await asyncio.get_running_loop().run_in_executor(self.executor, self._send, message)
+            await in_executor(self.executor, self._send, message)
         except (OSError, smtplib.SMTPException) as error:
             self.log.warning(
                 "Could not e-mail %s about booking %s: %s", booking.user, booking.id, error

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
-from functools import partial
 
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
@@ -31,6 +30,7 @@ from ..db.lifecycle import BookingLifecycle
 from ..db.locks import DatabaseLock
 from ..db.session import unavailable_reason
 from ..db.start_early import EarlyStarts
+from ..executor import in_executor
 from .base import hub_user_model
 
 #: How long one call to the Hub API may take before the tick moves on (retried next tick).
@@ -144,15 +144,11 @@ class Lifecycle(LoggingConfigurable):
             stopped_release_after=minutes_or_none(self.stopped_release_minutes),
         )
 
-    async def _in_executor(self, func, *args, **kwargs):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, partial(func, *args, **kwargs))
-
     async def tick(self, now: datetime | None = None) -> list[Action]:
         """Do what the lifecycle rules ask for at ``now``; returns the actions attempted."""
         now = now or self.clock.now()
         await self.expire_stale_claims(now)
-        actions = await self._in_executor(self.bookings.due, now)
+        actions = await in_executor(self.executor, self.bookings.due, now)
         for action in actions:
             try:
                 await self._apply(action, now)
@@ -180,7 +176,7 @@ class Lifecycle(LoggingConfigurable):
         if not (self.start_early_hours and self.emails.enabled):
             return
         early = self.early_starts
-        candidates = await self._in_executor(early.not_yet_emailed)
+        candidates = await in_executor(self.executor, early.not_yet_emailed)
         for user, booking_ids in candidates.items():
             # the user's rules depend on their groups; a booking they refuse is looked at
             # again next tick (one Hub call per such user), as the rules may allow it later
@@ -191,15 +187,15 @@ class Lifecycle(LoggingConfigurable):
                 return
             if model is None:
                 continue  # no longer a Hub user
-            offers = await self._in_executor(early.offers, user, model.get("groups") or ())
+            offers = await in_executor(self.executor, early.offers, user, model.get("groups") or ())
             for booking, start, end in offers:
                 if booking.id in booking_ids:
-                    await self._in_executor(early.record_emailed, booking.id, start, end)
+                    await in_executor(self.executor, early.record_emailed, booking.id, start, end)
                     await self.emails.send_start_early_offer(booking, start, end)
 
     async def _apply(self, action: Action, now: datetime) -> None:
         if action.kind is ActionKind.RELEASE:
-            released = await self._in_executor(self.bookings.release, action, now)
+            released = await in_executor(self.executor, self.bookings.release, action, now)
             if released is not None:
                 self.metrics.observe_release(action.reason.value)
                 self.log.info(
@@ -210,11 +206,11 @@ class Lifecycle(LoggingConfigurable):
                     released.end,
                 )
         elif action.kind is ActionKind.WARN:
-            booking = await self._in_executor(self.bookings.mark_warned, action.booking_id)
+            booking = await in_executor(self.executor, self.bookings.mark_warned, action.booking_id)
             self.metrics.observe_warning()
             await self.emails.send_warning(booking)
         elif action.kind is ActionKind.STOP_SERVER and self.stop_servers_at_end:
-            booking = await self._in_executor(self.store.get, action.booking_id)
+            booking = await in_executor(self.executor, self.store.get, action.booking_id)
             await self.stop_holder(booking, now)
 
     async def stop_holder(self, booking: Booking, now: datetime | None = None) -> None:
@@ -223,7 +219,7 @@ class Lifecycle(LoggingConfigurable):
         if not holder_pod(booking.server):
             await self.stop_booking_server(booking, now)
         elif await self.webhook.pod_claims.stop_pod(booking):
-            await self._in_executor(self.bookings.mark_stop_requested, booking.id, booking.server)
+            await in_executor(self.executor, self.bookings.mark_stop_requested, booking.id, booking.server)
             self.metrics.observe_server_stop()
 
     async def stop_ended_booking_server(self, booking: Booking) -> None:
@@ -265,7 +261,7 @@ class Lifecycle(LoggingConfigurable):
         if use.on_booking:
             if not await self.stop_hub_server(booking.user, booking.server):
                 return False
-            await self._in_executor(self.bookings.mark_stop_requested, booking.id, booking.server)
+            await in_executor(self.executor, self.bookings.mark_stop_requested, booking.id, booking.server)
             self.metrics.observe_server_stop()
             return True
         if use is ServerUse.NOT_ON_BOOKING:
@@ -282,7 +278,7 @@ class Lifecycle(LoggingConfigurable):
         """Expire claims of Hub servers that stopped or run without their booking (a failed
         release, a claim that completed after its start gave up, a pod gone without stop()).
         The webhook's ``pod:`` claims are its own (admission/claims.py)."""
-        held = await self._in_executor(self.store.held_except_prefix, POD_HOLDER_PREFIX)
+        held = await in_executor(self.executor, self.store.held_except_prefix, POD_HOLDER_PREFIX)
         by_user: dict[str, list[Booking]] = {}
         for booking, _claimed_at in held:
             by_user.setdefault(booking.user, []).append(booking)
@@ -294,7 +290,7 @@ class Lifecycle(LoggingConfigurable):
                     await self._expire_claim(booking, checked_at)
 
     async def _expire_claim(self, booking: Booking, checked_at: datetime) -> None:
-        expired = await self._in_executor(
+        expired = await in_executor(self.executor,
             self.store.expire_claim, booking.id, booking.server, checked_at
         )
         if expired is not None:
@@ -343,13 +339,13 @@ class Lifecycle(LoggingConfigurable):
         others skip it (None). What a tick did is stored before the lock is released, so the
         next holder never warns, stops or releases the same booking again.
         """
-        if not await self._in_executor(self.lock.acquire):
+        if not await in_executor(self.executor, self.lock.acquire):
             self.log.debug("Another service process is running the lifecycle tick")
             return None
         try:
             return await self.tick()
         finally:
-            await self._in_executor(self.lock.release)
+            await in_executor(self.executor, self.lock.release)
 
     async def _loop(self) -> None:
         while True:

@@ -8,8 +8,6 @@ together (:mod:`.create_queue`).
 
 from __future__ import annotations
 
-import asyncio
-from functools import partial
 from typing import Any
 
 from tornado import web
@@ -20,6 +18,7 @@ from traitlets.config import LoggingConfigurable
 from ..core.model import Booking, format_amount, parse_amount
 from ..core.timegrid import format_time
 from ..db.opportunistic import OpportunisticBookings
+from ..executor import in_executor
 from .api import APIHandler
 from .base import refusal
 from .create_queue import CreateQueue
@@ -63,10 +62,9 @@ class Opportunistic(LoggingConfigurable):
         through the horizon, or the store's refusal (403 policy, 409 nothing free); with
         ``server``, claimed for that Hub server in the same transaction."""
         amount = parse_amount(self.opportunistic_gpus if gpus is None else gpus)
-        return await asyncio.get_running_loop().run_in_executor(
-            self.executor,
-            partial(self.bookings.grant, user, pool, amount, self.opportunistic_horizon_minutes,
-                    groups=groups, actor=actor, server=server),
+        return await in_executor(
+            self.executor, self.bookings.grant, user, pool, amount,
+            self.opportunistic_horizon_minutes, groups=groups, actor=actor, server=server,
         )
 
     async def create_booking(self, user: str, pool: str, gpus, start, end, **options) -> Booking:

@@ -7,10 +7,8 @@ go to waiting requests in the same tick.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 from tornado import web
@@ -21,6 +19,7 @@ from traitlets.config import LoggingConfigurable
 from ..core.removed_users import check_users
 from ..db.removed_users import remove_belongings, users_with_belongings
 from ..db.session import unavailable_reason
+from ..executor import in_executor
 from ..hub_config import HUB_CULLS_USERS_ENV
 from .base import hub_user_model
 
@@ -80,10 +79,6 @@ class RemovedUsers(LoggingConfigurable):
                 "loses their bookings here although they come back at their next login.",
                 self.grace_hours)
 
-    async def _run(self, func: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.executor,
-                                                                partial(func, *args))
-
     def _round_due(self, now: datetime) -> bool:
         if not self.check_interval_minutes:
             return False
@@ -94,7 +89,7 @@ class RemovedUsers(LoggingConfigurable):
         """One round, when one is due at ``now``: the users whose belongings were taken off."""
         if not self._round_due(now):
             return []
-        users = await self._run(users_with_belongings, self.store, self.waits, now)
+        users = await in_executor(self.executor, users_with_belongings, self.store, self.waits, now)
         present: dict[str, bool] = {}
         for user in sorted(users):
             try:
@@ -134,7 +129,7 @@ class RemovedUsers(LoggingConfigurable):
         removed = []
         for user in result.due:
             try:
-                taken = await self._run(remove_belongings, self.store, self.waits, user, now)
+                taken = await in_executor(self.executor, remove_belongings, self.store, self.waits, user, now)
             except Exception as error:
                 if unavailable_reason(error):
                     raise  # an outage: the tick says so, and the next one does this round again

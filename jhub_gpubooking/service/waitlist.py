@@ -10,10 +10,8 @@ and their calendar feed, a notice on the page and, with EmailWarnings configured
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from datetime import datetime
-from functools import partial
 
 from tornado import web
 from traitlets import Any, Bool, Dict, Integer
@@ -25,6 +23,7 @@ from ..core.timegrid import parse_time
 from ..core.waitlist import Wait, WaitState, wait_to_json
 from ..db.session import unavailable_reason
 from ..db.waitlist import WaitStore
+from ..executor import in_executor
 from .api import APIHandler, row_id
 from .base import refusal
 
@@ -56,10 +55,6 @@ class Waitlist(LoggingConfigurable):
     def priority_for(self, groups: Iterable[str]) -> int:
         return max((self.group_priorities.get(g, 0) for g in groups), default=0)
 
-    async def _in_executor(self, func, *args, **kwargs):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, partial(func, *args, **kwargs))
-
     async def capacity_freed(
         self, pools: Iterable[str] | None = None, now: datetime | None = None,
         search_longer: bool = False,
@@ -70,7 +65,7 @@ class Waitlist(LoggingConfigurable):
         re-placement ran out of time may get the longer search (``WaitStore.serve``); the
         lifecycle tick asks for it, a user's cancel does not wait for it."""
         try:
-            served = await self._in_executor(
+            served = await in_executor(self.executor,
                 self.waits.serve, None if pools is None else list(pools), now, search_longer
             )
         except Exception as error:
