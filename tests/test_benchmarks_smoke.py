@@ -423,3 +423,13 @@ def test_backup_prints_its_duration_and_create_latency_around_it(tmp_path):
         assert backend["backup_bytes"] > 0
         for phase in ("create_quiet", "create_during"):
             assert 0 < backend[phase]["median_ms"] <= backend[phase]["p99_ms"]
+
+
+def test_migration_times_an_upgrade_that_keeps_every_row(tmp_path):
+    output, results = run_script("migration", tmp_path)
+
+    assert "| backend " in output and "| sqlite " in output
+    for measured in results["results"]:
+        assert measured["bookings"] == 1000 and measured["from"] == "0001"
+        assert measured["rows"] == {"bookings": 1000, "booking_events": 1000}
+        assert measured["upgrade_seconds"] > 0
