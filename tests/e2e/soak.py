@@ -5,12 +5,12 @@ cluster running real jupyterhub-singleuser processes), with every invariant of
 
 Actions: book (a refused user may join the waitlist), withdraw a wait, extend, shorten, end
 now, cancel, take an offer to start early; an admin's maintenance windows (added, their
-collisions cleared, removed); start and stop default and named servers on CPU and GPU
-profiles; pods made outside the Hub in gated namespaces (the service's admission webhook,
-see soak_pods.py); restarts of the booking service and of the Hub in the middle of the walk,
-and, with the service on a private PostgreSQL or MariaDB server, outages of its database
-(soak_outage.py); pauses, so bookings start and end on the one-minute grid of the fast
-lifecycle clock.
+collisions cleared, removed) and backups of the database (soak_backup.py); start and stop
+default and named servers on CPU and GPU profiles; pods made outside the Hub in gated
+namespaces (the service's admission webhook, see soak_pods.py); restarts of the booking
+service and of the Hub in the middle of the walk, and, with the service on a private
+PostgreSQL or MariaDB server, outages of its database (soak_outage.py); pauses, so bookings
+start and end on the one-minute grid of the fast lifecycle clock.
 
 The seed fixes every choice the walk makes from what it sees; the live stack's timing still
 varies from run to run. Run it longer than CI does with::
@@ -43,6 +43,7 @@ from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid, format_ti
 # run as a script, too: the harness modules live next to this file and in tests/
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from e2e_harness import Driver, running_demo  # noqa: E402
+from soak_backup import Backups  # noqa: E402
 from soak_invariants import (  # noqa: E402
     Extension,
     InvariantChecker,
@@ -137,11 +138,13 @@ class Walk:
         self.reader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-snapshot")
         self.outside = OutsidePods(self, AMOUNTS)
         self.outages = None if database is None else DatabaseOutages(self, database)
+        self.backups = Backups(self)
         # what interrupts the walk comes at seeded steps of its middle
         span = range(actions // 5, max(actions * 4 // 5, actions // 5 + 1))
         self.interruptions = {step: "restart service"
                               for step in self.rng.sample(span, max(1, actions // 400))}
         for kind, count in (("restart hub", max(1, actions // 500)),
+                            ("backup", max(1, actions // 100)),
                             ("database outage", max(1, actions // 125) if database else 0)):
             for step in self.rng.sample([s for s in span if s not in self.interruptions],
                                         count):
@@ -536,6 +539,9 @@ class Walk:
 
     def do_database_outage(self) -> str:
         return self.outages.outage()
+
+    def do_backup(self) -> str:
+        return self.backups.backup()
 
     def do_restart_hub(self) -> str:
         down = now()

@@ -28,6 +28,7 @@ def assert_walked(result: SoakResult, actions: int) -> None:
     assert result.steps == actions
     # the walk really exercised the rules it checks, restarts included
     assert result.actions["restart hub"] >= 1 and result.actions["restart service"] >= 1
+    assert result.actions["backup"] >= 1
     assert all(result.checks[name] > 0 for name in (
         "one pod per booking", "no GPU pod without an active booking",
         "servers stop only when their booking ends", "no instant overbooked",

@@ -1,0 +1,72 @@
+"""The lifecycle soak's backups (see soak.py): at seeded steps an admin runs ``jhub-gpubooking db
+backup`` (the installed command, in a process of its own, as ``kubectl exec`` does) on the
+booking service's database while the service runs its lifecycle ticks and serves the walk.
+
+The backup must hold one moment of the database: every booking listed before the command
+started, none that was not listed once it finished, and each booking with its history (a torn
+copy, the tables read at different moments, breaks one of these).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from soak_invariants import SoakFailure
+
+if TYPE_CHECKING:
+    from soak import Walk
+
+#: a safety net for a command that never ends (no timing is asserted)
+BACKUP_SECONDS = 300
+
+
+class Backups:
+    """Backs the walk's booking database up and checks what the backup holds."""
+
+    def __init__(self, walk: Walk) -> None:
+        self.walk = walk
+        demo = walk.demo
+        self.url = (demo.extra_env.get("E2E_DB_URL")
+                    or f"sqlite:///{demo.state_dir / 'gpubooking.sqlite'}")
+        self.folder = demo.state_dir / "backups"
+        self.folder.mkdir(exist_ok=True)
+        self.command = str(Path(sys.executable).with_name("jhub-gpubooking"))
+        self.taken = 0
+
+    def backup(self) -> str:
+        file = self.folder / f"backup-{self.taken}.sqlite"
+        before = set(self.walk.all_bookings())
+        done = subprocess.run([self.command, "db", "backup", str(file), "--db-url", self.url],
+                              capture_output=True, text=True, timeout=BACKUP_SECONDS, check=False)
+        after = set(self.walk.all_bookings())
+        if done.returncode != 0:
+            raise SoakFailure(f"db backup failed ({done.returncode}): {done.stderr.strip()}")
+        held, without_history = self.read(file)
+        problems = []
+        if before - held:
+            problems.append(f"bookings listed before it began are missing: {sorted(before - held)}")
+        if held - after:
+            problems.append(f"it holds bookings never listed: {sorted(held - after)}")
+        if without_history:
+            problems.append(f"bookings without their history: {without_history}")
+        if problems:
+            raise SoakFailure(f"the backup {file} is not one moment: " + "; ".join(problems))
+        file.unlink()
+        self.taken += 1
+        return "one moment"
+
+    @staticmethod
+    def read(file: Path) -> tuple[set[int], list[int]]:
+        connection = sqlite3.connect(file)
+        try:
+            held = {row[0] for row in connection.execute("SELECT id FROM bookings")}
+            without_history = [row[0] for row in connection.execute(
+                "SELECT id FROM bookings WHERE NOT EXISTS (SELECT 1 FROM booking_events "
+                "WHERE booking_events.booking_id = bookings.id AND kind = 'created') ORDER BY id")]
+        finally:
+            connection.close()
+        return held, without_history
