@@ -32,8 +32,8 @@ from pathlib import Path
 from jhub_gpubooking.db.session import make_engine, upgrade
 
 from .common import (
-    DEFAULT_POSTGRES_URL,
     benchmark_databases,
+    database_benchmark_arguments,
     markdown_table,
     percentile,
     print_machine,
@@ -107,11 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--history", type=int, default=100_000, help="past bookings")
     parser.add_argument("--creates", type=int, default=200, help="timed creates, each phase")
-    parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL,
-                        help="server to create a throw-away database on ('' to skip PostgreSQL)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--tiny", action="store_true", help="1,000 bookings, 20 creates")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    database_benchmark_arguments(parser, tiny="1,000 bookings, 20 creates")
     args = parser.parse_args(argv)
     if args.tiny:
         args.history, args.creates = 1_000, 20

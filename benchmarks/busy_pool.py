@@ -37,8 +37,8 @@ from jhub_gpubooking.db.session import make_engine, make_session_factory, upgrad
 from jhub_gpubooking.db.store import BookingStore
 
 from .common import (
-    DEFAULT_POSTGRES_URL,
     benchmark_databases,
+    database_benchmark_arguments,
     markdown_table,
     percentile,
     print_machine,
@@ -183,11 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upcoming", type=int, default=3_000, help="upcoming bookings")
     parser.add_argument("--creates", type=int, default=300, help="timed creates per backend")
-    parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL,
-                        help="server to create a throw-away database on ('' to skip it)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--tiny", action="store_true", help="300 upcoming bookings, 20 creates")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    database_benchmark_arguments(parser, tiny="300 upcoming bookings, 20 creates")
     args = parser.parse_args(argv)
     if args.tiny:
         args.upcoming, args.creates = 300, 20

@@ -3,6 +3,7 @@ and the ``--json`` result file (read by the smoke test and pasted into docs/benc
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -163,6 +164,16 @@ def postgres_databases(server_url: str, names: list[str]) -> Iterator[dict[str, 
             for database in created.values():
                 connection.execute(text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
         admin.dispose()
+
+
+def database_benchmark_arguments(parser: argparse.ArgumentParser, tiny: str) -> None:
+    """The options every benchmark on the booking database takes: where PostgreSQL is, the
+    seed, ``--tiny`` (what it shrinks to: ``tiny``) and ``--json``."""
+    parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL,
+                        help="server to create throw-away databases on ('' to skip PostgreSQL)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--tiny", action="store_true", help=tiny)
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
 
 
 def benchmark_databases(stack: ExitStack, postgres_url: str,

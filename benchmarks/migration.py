@@ -25,8 +25,8 @@ from sqlalchemy import MetaData, func, insert, select
 from jhub_gpubooking.db.session import head_revision, make_engine, upgrade
 
 from .common import (
-    DEFAULT_POSTGRES_URL,
     benchmark_databases,
+    database_benchmark_arguments,
     markdown_table,
     print_machine,
     write_json,
@@ -101,11 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000",
                         help="past bookings, comma-separated, one database each")
-    parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL,
-                        help="server to create throw-away databases on ('' to skip PostgreSQL)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--tiny", action="store_true", help="1,000 bookings")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    database_benchmark_arguments(parser, tiny="1,000 bookings")
     args = parser.parse_args(argv)
     sizes = [1_000] if args.tiny else [int(size) for size in args.sizes.split(",")]
     names = [f"history_{size}" for size in sizes]

@@ -35,8 +35,8 @@ from jhub_gpubooking.db.session import make_engine, make_session_factory, upgrad
 from jhub_gpubooking.db.store import BookingStore
 
 from .common import (
-    DEFAULT_POSTGRES_URL,
     benchmark_databases,
+    database_benchmark_arguments,
     markdown_table,
     percentile,
     print_machine,
@@ -154,11 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=1_000, help="past bookings, small database")
     parser.add_argument("--large", type=int, default=1_000_000, help="past bookings, large one")
     parser.add_argument("--creates", type=int, default=200, help="timed creates per database")
-    parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL,
-                        help="server to create throw-away databases on ('' to skip PostgreSQL)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--tiny", action="store_true", help="100 vs 1,000 bookings, 20 creates")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    database_benchmark_arguments(parser, tiny="100 vs 1,000 bookings, 20 creates")
     args = parser.parse_args(argv)
     if args.tiny:
         args.small, args.large, args.creates = 100, 1_000, 20

@@ -522,3 +522,15 @@ def read_rows(connection: sa.Connection, revision: str) -> dict[str, list[dict]]
             dict(row._mapping) for row in connection.execute(sa.select(table).order_by(key))
         ]
     return rows
+
+
+def rows_of(url: str, revision: str | None = None) -> dict[str, list[dict]]:
+    """:func:`read_rows` of the database at ``url`` (default: at the newest revision)."""
+    from jhub_gpubooking.db.session import make_engine
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return read_rows(connection, revision or REVISION_IDS[-1])
+    finally:
+        engine.dispose()

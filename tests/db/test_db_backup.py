@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from db_test_times import NOW
-from migration_data import REVISION_IDS, read_rows, write_rows
+from migration_data import REVISION_IDS, rows_of, write_rows
 
 from jhub_gpubooking.cli import main
 from jhub_gpubooking.core.clock import ManualClock
@@ -43,15 +43,6 @@ def store_on(engine, pools) -> BookingStore:
 def book(store: BookingStore, hours_ahead: int):
     start = NOW.replace(minute=0) + timedelta(hours=hours_ahead)
     return store.create("ada", "t4", "1/2", start, start + timedelta(hours=1), note="ünïcode")
-
-
-def rows_of(url: str) -> dict[str, list[dict]]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as connection:
-            return read_rows(connection, HEAD)
-    finally:
-        engine.dispose()
 
 
 def booking_ids(path: Path) -> list[int]:

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from db_test_times import NOW
-from migration_data import REVISION_IDS, read_rows, write_rows
+from migration_data import REVISION_IDS, rows_of, write_rows
 from sqlalchemy import text
 
 from jhub_gpubooking.cli import main
@@ -45,15 +45,6 @@ def source(tmp_path, pools):
     store.cancel(booking.id, actor="ada")
     engine.dispose()
     return url
-
-
-def rows_of(url: str) -> dict[str, list[dict]]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as connection:
-            return read_rows(connection, HEAD)
-    finally:
-        engine.dispose()
 
 
 def whole_seconds(rows: dict[str, list[dict]]) -> dict[str, list[dict]]:

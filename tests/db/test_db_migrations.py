@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from migration_data import REVISION_IDS, expected_rows, read_rows, table_at, write_rows
+from migration_data import REVISION_IDS, expected_rows, rows_of, table_at, write_rows
 from sqlalchemy import inspect
 
 from jhub_gpubooking.db.models import Base
@@ -68,15 +68,6 @@ def schema_of(url: str) -> dict:
                 ),
             }
         return schema
-    finally:
-        engine.dispose()
-
-
-def rows_of(url: str, revision: str) -> dict[str, list[dict]]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as connection:
-            return read_rows(connection, revision)
     finally:
         engine.dispose()
 
