@@ -50,13 +50,16 @@ def check_users(
     (``present``); users it could not answer for are not in ``present`` and keep their state.
 
     A user missing for ``grace`` or longer is due. When more than ``max_at_once`` users are
-    missing in this round, nobody is due and nobody starts being missing (the Hub itself is in
-    doubt); users missing since an earlier round keep their time.
+    missing in this round, nobody is due and the time of everyone missing is dropped: the Hub
+    itself is in doubt, and as its users come back (logging in again after its database was
+    restored) the last few would otherwise be due at once, missing since before the doubt. Each
+    starts a new grace once no more than ``max_at_once`` are missing.
     """
     missing = sorted(user for user, here in present.items() if not here)
     back = tuple(sorted(user for user, here in present.items() if here and user in missing_since))
     kept = {user: since for user, since in missing_since.items() if present.get(user) is not True}
     if len(missing) > max_at_once:
+        kept = {user: since for user, since in kept.items() if user not in missing}
         return UsersCheck(missing_since=kept, back=back, held_back=len(missing))
     newly = tuple(user for user in missing if user not in kept)
     for user in newly:
