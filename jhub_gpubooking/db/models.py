@@ -236,3 +236,19 @@ class WaitRow(Base):
     created: Mapped[datetime] = mapped_column(UTCDateTime)
     updated: Mapped[datetime] = mapped_column(UTCDateTime)
     created_by: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+
+
+class MissingUserRow(Base):
+    """A user the Hub no longer has, and since when (migration 0006); see
+    :mod:`jhub_gpubooking.core.removed_users`.
+
+    Kept in the database, not in the service's memory, so a restart of the service (every
+    ``helm upgrade`` restarts the hub pod) does not start the grace again, every service
+    process sharing the database sees the same times, and admins can list the users whose
+    bookings are about to be taken off.
+    """
+
+    __tablename__ = "missing_users"
+
+    user: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    since: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,4 +1,5 @@
-"""What a user the Hub no longer has left in the service: found, and taken off.
+"""What a user the Hub no longer has left in the service: found, and taken off; and since when
+each such user has been missing (the ``missing_users`` table).
 
 The rule of when is :mod:`jhub_gpubooking.core.removed_users`; the component asking the Hub is
 :mod:`jhub_gpubooking.service.removed_users`.
@@ -6,13 +7,17 @@ The rule of when is :mod:`jhub_gpubooking.core.removed_users`; the component ask
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from sqlalchemy import delete, select
+
 from ..core.errors import Conflict
 from ..core.waitlist import WaitState
-from .feed_tokens import feed_token_users, revoke_feed_token
+from .feed_tokens import feed_token_users, has_feed_token, revoke_feed_token
+from .models import MissingUserRow
 
 if TYPE_CHECKING:
     from .store import BookingStore
@@ -23,15 +28,15 @@ REMOVED_USERS_ACTOR = "removed-users"
 
 
 @dataclass(frozen=True)
-class Removed:
-    """What was taken off: bookings cancelled (or, running, ended now), waits withdrawn, and
-    whether a calendar link was revoked."""
+class Belongings:
+    """A user's bookings not over yet, waiting requests and calendar link: what a removal takes
+    off (bookings cancelled or, running, ended now; waits withdrawn; the link revoked)."""
 
     bookings: tuple[int, ...] = ()
     waits: tuple[int, ...] = ()
     feed_link: bool = False
 
-    def describe(self) -> str:
+    def describe_removed(self) -> str:
         return (f"{len(self.bookings)} booking(s) cancelled or ended, {len(self.waits)} wait(s) "
                 f"withdrawn, calendar link {'revoked' if self.feed_link else 'none'}")
 
@@ -44,8 +49,17 @@ def users_with_belongings(store: BookingStore, waits: WaitStore, now: datetime) 
     return users | feed_token_users(store)
 
 
+def belongings(store: BookingStore, waits: WaitStore, user: str, now: datetime) -> Belongings:
+    """What ``user`` holds here now: what a removal would take off."""
+    return Belongings(
+        tuple(b.id for b in store.list(user=user, start=now) if b.not_over(now)),
+        tuple(w.id for w in waits.list(user=user, state=WaitState.WAITING)),
+        has_feed_token(store, user),
+    )
+
+
 def remove_belongings(store: BookingStore, waits: WaitStore, user: str,
-                      now: datetime) -> Removed:
+                      now: datetime) -> Belongings:
     """Cancel ``user``'s upcoming bookings and end their running ones now (the Hub stopped
     their servers when it deleted them), withdraw their waits and revoke their calendar link.
 
@@ -71,4 +85,33 @@ def remove_belongings(store: BookingStore, waits: WaitStore, user: str,
         except Conflict:
             continue  # over meanwhile
         cancelled.append(booking.id)
-    return Removed(tuple(cancelled), tuple(withdrawn), revoke_feed_token(store, user))
+    return Belongings(tuple(cancelled), tuple(withdrawn), revoke_feed_token(store, user))
+
+
+def missing_users(store: BookingStore) -> dict[str, datetime]:
+    """Each user the Hub no longer has, with when a round first found them missing."""
+    with store.read_transaction() as session:
+        return {row.user: row.since for row in session.scalars(select(MissingUserRow))}
+
+
+def record_missing_users(store: BookingStore, missing_since: Mapping[str, datetime]) -> None:
+    """Store the state a round leaves (``UsersCheck.missing_since``) in one transaction: users
+    not in it are forgotten, new ones added, times kept to whole seconds as every backend
+    stores them."""
+    wanted = {user: since.replace(microsecond=0) for user, since in missing_since.items()}
+    with store.unit_of_work() as work:
+        session = work.session
+        rows = {row.user: row for row in session.scalars(select(MissingUserRow))}
+        for user, row in rows.items():
+            if user not in wanted:
+                session.delete(row)
+            elif row.since != wanted[user]:
+                row.since = wanted[user]
+        session.add_all(MissingUserRow(user=user, since=since)
+                        for user, since in wanted.items() if user not in rows)
+
+
+def forget_missing_user(store: BookingStore, user: str) -> None:
+    """``user`` is no longer followed: their belongings were taken off, or they were renamed."""
+    with store.unit_of_work() as work:
+        work.session.execute(delete(MissingUserRow).where(MissingUserRow.user == user))

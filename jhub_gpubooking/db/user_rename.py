@@ -11,10 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from ..core.errors import InvalidRequest
-from .models import NAME_LENGTH, BookingEventRow, BookingRow, BookingSeriesRow, FeedTokenRow, WaitRow
+from .models import (
+    NAME_LENGTH,
+    BookingEventRow,
+    BookingRow,
+    BookingSeriesRow,
+    FeedTokenRow,
+    MissingUserRow,
+    WaitRow,
+)
 
 if TYPE_CHECKING:
     from .store import BookingStore
@@ -75,6 +83,8 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
             session.flush()  # the token's hash is unique: the old row goes first
             if new_link is None:
                 session.add(FeedTokenRow(user=new, token_hash=token_hash, created=created))
+        # the old name is missing from the Hub because it was renamed: nothing is due any more
+        session.execute(delete(MissingUserRow).where(MissingUserRow.user == old))
         renamed = Renamed(len(ids), series, waits, feed_link)
         if renamed == Renamed(0, 0, 0, "none"):
             # most likely a misspelt name: say so rather than report a rename of nothing

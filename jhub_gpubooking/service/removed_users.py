@@ -1,5 +1,6 @@
 """The ``c.RemovedUsers`` component: asks the Hub about the users who still have something here,
-and takes off what users it no longer has left behind (the rule: :mod:`..core.removed_users`).
+and takes off what users it no longer has left behind (the rule: :mod:`..core.removed_users`);
+and ``GET api/admin/missing-users``, the users whose belongings are about to be taken off.
 
 It runs as a step of the lifecycle tick, before the waitlist is served, so the GPUs it frees
 go to waiting requests in the same tick.
@@ -17,10 +18,20 @@ from traitlets import Float, Integer, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from ..core.removed_users import check_users
-from ..db.removed_users import remove_belongings, users_with_belongings
+from ..core.timegrid import format_time
+from ..db.removed_users import (
+    Belongings,
+    belongings,
+    forget_missing_user,
+    missing_users,
+    record_missing_users,
+    remove_belongings,
+    users_with_belongings,
+)
 from ..db.session import unavailable_reason
 from ..executor import in_executor
 from ..hub_config import HUB_CULLS_USERS_ENV
+from .api import APIHandler
 from .base import hub_user_model
 
 
@@ -67,9 +78,9 @@ class RemovedUsers(LoggingConfigurable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        #: when each missing user was first found missing (kept in memory: a restart of the
-        #: service starts their grace again, which only ever delays a removal)
-        self.missing_since: dict[str, datetime] = {}
+        # when each missing user was first found missing is in the database (missing_users),
+        # so a restart keeps it; the time of the last round is this process's own: a restarted
+        # or second process asking once more only costs a few Hub requests
         self._last_round: datetime | None = None
         self._hub_failure_logged = False
         if os.environ.get(HUB_CULLS_USERS_ENV) and self.check_interval_minutes:
@@ -104,10 +115,12 @@ class RemovedUsers(LoggingConfigurable):
                 return []
         self._hub_failure_logged = False
         grace = timedelta(hours=self.grace_hours)
+        known = await in_executor(self.executor, missing_users, self.store)
         # a user with nothing left here any more (an admin cancelled it all) is not followed
-        since = {user: at for user, at in self.missing_since.items() if user in present}
+        since = {user: at for user, at in known.items() if user in present}
         result = check_users(present, since, now, grace, self.max_users_at_once)
-        self.missing_since = result.missing_since
+        # stored before anything is taken off: a removal cut short is due again next round
+        await in_executor(self.executor, record_missing_users, self.store, result.missing_since)
         if self.metrics is not None:
             self.metrics.users_missing.set(sum(not here for here in present.values()))
         if result.held_back:
@@ -122,7 +135,7 @@ class RemovedUsers(LoggingConfigurable):
                 "The Hub no longer has user %s: their bookings, waits and calendar link here are "
                 "taken off from %s unless the Hub has them again by then (renamed in the Hub? "
                 "`jhub-gpubooking users rename %s NEW` moves them).",
-                user, (self.missing_since[user] + grace).isoformat(timespec="minutes"), user,
+                user, (result.missing_since[user] + grace).isoformat(timespec="minutes"), user,
             )
         for user in result.back:
             self.log.info("The Hub has user %s again: nothing of theirs is taken off.", user)
@@ -135,10 +148,54 @@ class RemovedUsers(LoggingConfigurable):
                     raise  # an outage: the tick says so, and the next one does this round again
                 self.log.exception("Taking off what user %s left failed", user)
                 continue  # still due: the next round tries again
-            del self.missing_since[user]
+            await in_executor(self.executor, forget_missing_user, self.store, user)
             removed.append(user)
             if self.metrics is not None:
                 self.metrics.removed_users.inc()
-            self.log.warning("User %s was deleted from the Hub: %s.", user, taken.describe())
+            self.log.warning("User %s was deleted from the Hub: %s.", user,
+                             taken.describe_removed())
         self._last_round = now
         return removed
+
+
+def missing_users_json(missing: dict[str, datetime], held: dict[str, Belongings],
+                       grace: timedelta | None) -> list[dict]:
+    """The admin list: each missing user (by name), since when, when their belongings are
+    taken off (null while the check is off: never) and what they hold here now."""
+    return [
+        {
+            "user": user,
+            "missing_since": format_time(since),
+            "removal_due": None if grace is None else format_time(since + grace),
+            "bookings": list(held[user].bookings),
+            "waits": list(held[user].waits),
+            "calendar_link": held[user].feed_link,
+        }
+        for user, since in sorted(missing.items())
+    ]
+
+
+class MissingUsersHandler(APIHandler):
+    async def get(self) -> None:
+        self.require_admin()
+        checker: RemovedUsers = self.service.lifecycle.removed_users
+        waits = self.service.waitlist.waits
+        now = self.clock.now()
+
+        def read() -> tuple[dict[str, datetime], dict[str, Belongings]]:
+            missing = missing_users(self.store)
+            return missing, {user: belongings(self.store, waits, user, now) for user in missing}
+
+        missing, held = await self.run_in_executor(read)
+        checking = bool(checker.check_interval_minutes)
+        grace = timedelta(hours=checker.grace_hours) if checking else None
+        self.write_json({
+            "users": missing_users_json(missing, held, grace),
+            "check_interval_minutes": checker.check_interval_minutes,
+            "grace_hours": checker.grace_hours,
+            "max_users_at_once": checker.max_users_at_once,
+        })
+
+
+def removed_users_routes() -> list[tuple[str, type[web.RequestHandler]]]:
+    return [("api/admin/missing-users", MissingUsersHandler)]

@@ -30,6 +30,7 @@ TABLE_ORDER = (
     "usage_intervals",
     "maintenance_windows",
     "waits",
+    "missing_users",
 )
 
 
@@ -462,6 +463,21 @@ REVISIONS.append(
                     "created": t("2030-02-01 09:30:00"),
                     "created_by": None,
                 }
+            ]
+        },
+    )
+)
+
+# 0006 adds missing_users: users the Hub no longer has, and since when (in key order; one
+# with a non-ASCII name, as Hub names may be)
+REVISIONS.append(
+    RevisionData(
+        "0006",
+        columns={"missing_users": {"user": sa.String(255), "since": sa.DateTime()}},
+        rows={
+            "missing_users": [
+                {"user": "bob", "since": t("2030-02-09 08:15:00")},
+                {"user": "zoë", "since": t("2030-02-09 07:00:00")},
             ]
         },
     )

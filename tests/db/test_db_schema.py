@@ -52,6 +52,7 @@ def test_upgrade_from_empty_reaches_head_and_passes_the_check(db_url):
         "usage_intervals",
         "booking_series",
         "waits",
+        "missing_users",
     }
 
 

@@ -19,6 +19,7 @@ from jhub_gpubooking.core.accounting import Report, UsageTotals
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.lifecycle import ActionKind
 from jhub_gpubooking.core.model import Booking
+from jhub_gpubooking.db.removed_users import missing_users
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.lifecycle_api import notices_json, report_csv
 
@@ -91,10 +92,9 @@ def mailbox():
     controller.stop()
 
 
-@pytest.fixture
-async def service(tmp_path, fake_hub, mailbox):
-    hub_api_url, _, _ = fake_hub
-    _, smtp_port = mailbox
+def make_service(tmp_path, hub_api_url: str, smtp_port: int) -> GPUBookingService:
+    """A service on the SQLite file in ``tmp_path``: a second one on the same path is the
+    service restarted (or a second process)."""
     service = GPUBookingService(
         db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}",
         upgrade_db=True,
@@ -118,6 +118,14 @@ async def service(tmp_path, fake_hub, mailbox):
         ),
     )
     service.setup()
+    return service
+
+
+@pytest.fixture
+async def service(tmp_path, fake_hub, mailbox):
+    hub_api_url, _, _ = fake_hub
+    _, smtp_port = mailbox
+    service = make_service(tmp_path, hub_api_url, smtp_port)
     yield service
     service.executor.shutdown(wait=True)
 
@@ -342,16 +350,16 @@ async def test_tick_frees_what_a_user_deleted_from_the_hub_left_after_the_grace(
     gone = service.store.create("bob", "a100", "1", at(14), at(15))
 
     await service.lifecycle.tick(at(10, 10))  # bob is missing: his grace starts
-    assert checker.missing_since == {"bob": at(10, 10)}
+    assert missing_users(service.store) == {"bob": at(10, 10)}
     assert records.lines[-1] == ("WARNING", (
         "The Hub no longer has user bob: their bookings, waits and calendar link here are taken "
         "off from 2030-01-07T11:10+00:00 unless the Hub has them again by then (renamed in the "
         "Hub? `jhub-gpubooking users rename bob NEW` moves them)."))
     servers["bob"] = {}  # added again within the grace: nothing is lost
     await service.lifecycle.tick(at(10, 40))  # a round an hour: the Hub is not asked yet
-    assert checker.missing_since == {"bob": at(10, 10)}
+    assert missing_users(service.store) == {"bob": at(10, 10)}
     await service.lifecycle.tick(at(11, 10))
-    assert checker.missing_since == {}
+    assert missing_users(service.store) == {}
     assert service.store.get(gone.id).status == "booked"
 
     del servers["bob"]
@@ -375,4 +383,29 @@ async def test_tick_frees_what_a_user_deleted_from_the_hub_left_after_the_grace(
     assert metrics.get_sample_value("gpubooking_users_missing_from_hub") == 2
     assert await checker.check(at(16, 10)) == []  # and so on every round, no clock started
     assert [service.store.get(b.id).status for b in (cy, dan)] == ["booked", "booked"]
-    assert checker.missing_since == {}
+    assert missing_users(service.store) == {}
+
+
+async def test_a_restart_keeps_the_grace_a_missing_user_has_left(service, fake_hub, mailbox,
+                                                                tmp_path):
+    """Each ``helm upgrade`` restarts the hub pod and the service with it: the grace counts
+    from when bob was first found missing, not from the restart, and a second process sharing
+    the database sees the same time."""
+    hub_api_url, _, servers = fake_hub
+    servers["ada"] = {}
+    service.lifecycle.removed_users.grace_hours = 1
+    gone = service.store.create("bob", "a100", "1", at(14), at(15))
+    assert await service.lifecycle.removed_users.check(at(10, 10)) == []
+    service.executor.shutdown(wait=True)
+
+    restarted = make_service(tmp_path, hub_api_url, mailbox[1])
+    try:
+        checker = restarted.lifecycle.removed_users
+        checker.grace_hours, checker.check_interval_minutes = 1, 30
+        assert await checker.check(at(10, 40)) == []  # its first round: bob missing since 10:10
+        assert missing_users(restarted.store) == {"bob": at(10, 10)}
+        assert await checker.check(at(11, 10)) == ["bob"]
+        assert restarted.store.get(gone.id).status == "cancelled"
+        assert missing_users(restarted.store) == {}
+    finally:
+        restarted.executor.shutdown(wait=True)
