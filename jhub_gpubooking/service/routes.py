@@ -19,6 +19,7 @@ from .lifecycle_api import lifecycle_routes
 from .opportunistic import opportunistic_routes
 from .pages import page_handlers
 from .planning import planning_routes
+from .removed_users import removed_users_routes
 from .waitlist import waitlist_routes
 
 #: Regular expression of each path parameter used in the route templates.
@@ -75,6 +76,7 @@ def service_routes() -> list[tuple[str, type[web.RequestHandler]]]:
         *lifecycle_routes(),
         *opportunistic_routes(),
         *planning_routes(),
+        *removed_users_routes(),
         *waitlist_routes(),
         *feed_routes(),
         ("metrics", MetricsHandler),

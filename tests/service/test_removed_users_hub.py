@@ -10,7 +10,7 @@ import httpx
 import pytest
 from hub_harness import start_booking_hub, wait_for
 
-from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
+from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time, parse_time
 
 pytestmark = pytest.mark.e2e
 
@@ -59,3 +59,42 @@ def test_a_student_deleted_from_the_hub_leaves_no_booking_wait_or_link_behind(tm
         assert httpx.get(link).status_code == 404
         assert ("User bob was deleted from the Hub: 1 booking(s) cancelled or ended, 1 wait(s) "
                 "withdrawn, calendar link revoked.") in hub.service_log()
+
+
+LIST_WITHIN_THE_GRACE = """
+c.Lifecycle.lifecycle_interval_seconds = 1
+c.RemovedUsers.check_interval_minutes = 0.01
+c.RemovedUsers.grace_hours = 1
+"""
+
+
+def test_admins_see_who_is_missing_from_the_hub_and_what_goes_when(tmp_path):
+    start = ceil_to_grid(datetime.now(timezone.utc) + timedelta(days=1), 60)
+    with start_booking_hub(tmp_path / "hub", extra_service_config=LIST_WITHIN_THE_GRACE) as hub:
+        with hub.api(hub.user_token("bob")) as bob:
+            booking = book(bob, "a100", 2, start)
+            bob.post("api/users/bob/feed-token").raise_for_status()
+        admin = {"Authorization": f"token {hub.admin_token}"}
+        httpx.delete(f"{hub.hub_api_url}/users/bob", headers=admin).raise_for_status()
+
+        with hub.api(hub.user_token("carol")) as carol, hub.api(hub.user_token("ada")) as ada:
+            def listed() -> list[dict]:
+                answer = carol.get("api/admin/missing-users")
+                assert answer.status_code == 200, answer.text
+                return answer.json()["users"]
+
+            wait_for(lambda: listed() != [], "bob is listed as missing", hub)
+            [entry] = listed()
+            since = parse_time(entry["missing_since"])
+            assert entry == {
+                "user": "bob", "missing_since": entry["missing_since"],
+                "removal_due": format_time(since + timedelta(hours=1)),
+                "bookings": [booking], "waits": [], "calendar_link": True,
+            }
+            assert carol.get("api/admin/missing-users").json()["grace_hours"] == 1
+            assert ada.get("api/admin/missing-users").status_code == 403  # admins only
+
+            # added back within the grace: the next round forgets that bob was missing
+            httpx.post(f"{hub.hub_api_url}/users/bob", headers=admin).raise_for_status()
+            wait_for(lambda: listed() == [], "bob is no longer listed", hub)
+            assert carol.get(f"api/bookings/{booking}").json()["state"] == "upcoming"

@@ -8,7 +8,9 @@ there and runs ``jhub-gpubooking users rename``, with invariants checked after e
   current name (a booking the walk did not make must come from one of their waits);
 - a user deleted for good has, once the grace is over, no booking not over, no waiting wait and
   no working link, and what they held is bookable again;
-- more users missing at once than ``max_users_at_once`` lose nothing.
+- more users missing at once than ``max_users_at_once`` lose nothing;
+- admins see a deleted user in ``api/admin/missing-users`` until the removal, with the grace's
+  end from the first round that missed them, and nobody of a held-back round.
 
 Run it longer with ``REMOVED_USERS_WALK_SEED=3 REMOVED_USERS_WALK_STEPS=400``.
 """
@@ -157,15 +159,25 @@ class Walk:
         user = self.someone()
         if user is None:
             return "nobody to delete"
+        deleted_at = datetime.now(timezone.utc).replace(microsecond=0)
         self.delete_user(user)
-        if self.belongings(user):
+        held = self.belongings(user)
+        if held:
             self.counts["removals awaited"] += 1
         deadline = time.monotonic() + GRACE_SECONDS + REMOVAL_SLACK_SECONDS
         while self.belongings(user):
             assert time.monotonic() < deadline, (
                 f"{user} was deleted from the Hub {GRACE_SECONDS + REMOVAL_SLACK_SECONDS} s ago "
                 f"and still has {self.belongings(user)}")
+            listed = self.missing_users().get(user)
+            if listed is not None:  # admins see when, from the first round that missed them
+                since = parse_time(listed["missing_since"])
+                assert since >= deleted_at, (user, listed)
+                assert parse_time(listed["removal_due"]) == since + timedelta(
+                    seconds=GRACE_SECONDS), (user, listed)
+                self.counts["seen listed as missing"] += 1
             time.sleep(0.5)
+        assert user not in self.missing_users(), f"{user} still listed after the removal"
         self.forget(user)
         self.gone.add(user)
         return f"deleted {user} for good"
@@ -195,6 +207,9 @@ class Walk:
             self.delete_user(user)
         time.sleep(GRACE_SECONDS + 2)  # several rounds, each finding three missing
         self.check("three users missing at once")
+        # a held-back round keeps no time: none of them is listed as about to lose anything
+        listed = set(self.missing_users()) & set(users)
+        assert not listed, f"{sorted(listed)} listed although the round was held back"
         for user in users:
             self.add_user(user)
         self.counts["guard held"] += 1
@@ -245,6 +260,11 @@ class Walk:
         if user in self.links and httpx.get(self.links[user]).status_code != 404:
             held.append("a working calendar link")
         return held
+
+    def missing_users(self) -> dict[str, dict]:
+        answer = self.carol.get("api/admin/missing-users")
+        assert answer.status_code == 200, answer.text
+        return {entry["user"]: entry for entry in answer.json()["users"]}
 
     def forget(self, user: str) -> None:
         self.bookings = {b: u for b, u in self.bookings.items() if u != user}
@@ -309,6 +329,7 @@ def test_a_seeded_walk_of_bookings_and_users_deleted_from_the_hub(tmp_path):
         print(f"seed {SEED}: {counts}; {len(walk.bookings)} bookings upcoming at the end")
         if (SEED, STEPS) == (DEFAULT_SEED, DEFAULT_STEPS):
             # CI's walk gets where it matters (another seed may not: it checks what it meets)
-            wanted = ("removals awaited", "delete and add back", "rename", "guard held")
+            wanted = ("removals awaited", "seen listed as missing", "delete and add back",
+                      "rename", "guard held")
             assert all(counts.get(kind) for kind in wanted), counts
             assert "was deleted from the Hub" in hub.service_log()

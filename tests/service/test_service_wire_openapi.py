@@ -98,3 +98,25 @@ def test_every_reason_a_pool_claim_is_refused_for_is_documented():
                claims.POOL_UNKNOWN}
     documented_reasons = OPENAPI["components"]["schemas"]["Error"]["properties"]["reason"]["enum"]
     assert set(documented_reasons) == reasons
+
+
+def test_the_missing_users_list_is_what_the_schema_documents():
+    from jhub_gpubooking.db.removed_users import Belongings
+    from jhub_gpubooking.service.removed_users import missing_users_json
+
+    missing = {"zoë": T0, "bob": T0 + timedelta(minutes=30)}
+    held = {"bob": Belongings((4, 7), (2,), True), "zoë": Belongings()}
+    answer = missing_users_json(missing, held, timedelta(hours=24))
+    assert answer == [
+        {"user": "bob", "missing_since": "2026-11-23T09:30:00Z",
+         "removal_due": "2026-11-24T09:30:00Z", "bookings": [4, 7], "waits": [2],
+         "calendar_link": True},
+        {"user": "zoë", "missing_since": "2026-11-23T09:00:00Z",
+         "removal_due": "2026-11-24T09:00:00Z", "bookings": [], "waits": [],
+         "calendar_link": False},
+    ]
+    check_off = missing_users_json(missing, held, None)
+    assert [user["removal_due"] for user in check_off] == [None, None]
+    for user in answer + check_off:
+        validator("MissingUser").validate(user)
+        assert set(user) == documented("MissingUser")

@@ -1,6 +1,6 @@
 // The administration part of the reservation page (shown to Hub admins only): everyone's
-// bookings, maintenance windows and the bookings a new one overlaps, the GPUs in use now, and
-// the usage report. The rules stay in the API; this shows its answers and refusals.
+// bookings, maintenance windows and the bookings a new one overlaps, users deleted from the Hub
+// who still hold something here, the GPUs in use now, and the usage report. The rules stay in the API; this shows its answers and refusals.
 
 import {
   $, ACTIVE_STATES, HOUR_MS, NewestLoad, PagedList, api, byStart, config, el, floorSlot, formatSpan, formatTime,
@@ -13,7 +13,9 @@ import { listWindow, moreButton, renderBookingTable } from "./tables.js";
 const allBookings = new PagedList("bookings", "bookings");
 const maintenanceWindows = new PagedList("maintenance", "windows");
 // the views loaded in one piece; see NewestLoad
-const loads = { holders: new NewestLoad(), report: new NewestLoad(), flagged: new NewestLoad() };
+const loads = {
+  holders: new NewestLoad(), report: new NewestLoad(), flagged: new NewestLoad(), missing: new NewestLoad(),
+};
 
 /** Bookings the pools can no longer hold (a pool removed from the config, a node or GPUs gone),
  * each with the reason and Force end / Force cancel; nothing while there are none. */
@@ -36,6 +38,29 @@ async function loadFlagged() {
     el("p", { class: "small text-body-secondary" }, "The pools as configured can no longer hold these "
       + "bookings; their users see a notice. End or cancel them, or put their pool or node back."),
     table);
+}
+
+/** Users the Hub no longer has, with when what they hold here is taken off; nothing while
+ * there are none. */
+async function loadMissingUsers() {
+  const isNewest = loads.missing.begin();
+  const { users } = await api("GET", "admin/missing-users");
+  if (!isNewest()) return;
+  const container = $("gb-missing-users");
+  if (!users.length) {
+    container.replaceChildren();
+    return;
+  }
+  const due = (u) => u.removal_due === null ? "never (the check is off)" : formatTime(parseUtc(u.removal_due));
+  const ids = (list) => list.length ? list.map((id) => `#${id}`).join(", ") : "none";
+  container.replaceChildren(el("h3", { class: "h5" }, "Users deleted from the Hub"),
+    el("p", { class: "small text-body-secondary" }, "The Hub no longer has these users. Their "
+      + "bookings, waits and calendar link are taken off from the time shown, unless they are in "
+      + "the Hub again by then; for a user renamed in the Hub, run jhub-gpubooking users rename."),
+    simpleTable("Users deleted from the Hub",
+      ["User", "Missing since", "Taken off from", "Bookings", "Waits", "Calendar link"],
+      users.map((u) => [u.user, formatTime(parseUtc(u.missing_since)), due(u), ids(u.bookings),
+        ids(u.waits), u.calendar_link ? "yes" : "no"])));
 }
 
 function simpleTable(caption, headings, rows) {
@@ -181,5 +206,5 @@ export function wireAdmin() {
 
 /** Load the admin's views again, keeping the pages shown with "Show more" (a refresh). */
 export function refreshAdmin() {
-  return Promise.all([loadAdmin(true), loadFlagged(), loadHolders(), loadReport()]);
+  return Promise.all([loadAdmin(true), loadFlagged(), loadMissingUsers(), loadHolders(), loadReport()]);
 }
