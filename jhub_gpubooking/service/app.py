@@ -39,6 +39,7 @@ from ..core.policy import SAFE_DEFAULT_POLICY
 from ..db.flags import BookingFlags
 from ..db.session import DEFAULT_DB_URL
 from ..gpu import resolve_backends
+from .backups import ScheduledBackups
 from .base import hub_user_model, refusal
 from .config_sections import move_options, moved_options
 from .email import EmailWarnings
@@ -77,6 +78,7 @@ COMPONENTS = (
     OrphanPods,
     NodeInventory,
     RemovedUsers,
+    ScheduledBackups,
 )
 
 #: Options whose name changed (the others kept theirs when they moved to a component).
@@ -507,6 +509,9 @@ class GPUBookingService(Application):
         self.opportunistic = Opportunistic(
             **common, lifecycle=self.lifecycle, metrics=self.metrics
         )
+        self.backups = ScheduledBackups(
+            parent=self, executor=self.executor, db_url=self.db_url, db_engine=self.db_engine,
+            clock=self.clock, metrics=self.metrics)
         self.booking_flags = BookingFlags(self.store)
         self.inventory = NodeInventory(
             **common, flags=self.booking_flags, connector=self.cluster_access.connector,
@@ -562,6 +567,7 @@ class GPUBookingService(Application):
         self.inventory.start()
         self.webhook.start()
         self.lifecycle.start()
+        self.backups.start()
         self.log.info(
             "GPU booking service %s listening on %s (prefix %s)",
             self.service_name,
@@ -576,6 +582,7 @@ class GPUBookingService(Application):
         await stop.wait()
         self.log.info("Stopping the GPU booking service")
         self.lifecycle.stop()
+        self.backups.stop()
         self.webhook.stop()
         self.inventory.stop()
         server.stop()

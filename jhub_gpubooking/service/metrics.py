@@ -114,6 +114,18 @@ class ServiceMetrics:
             "Users deleted from the Hub whose bookings, waits and calendar link were taken off.",
             registry=self.registry,
         )
+        self.last_backup = Gauge(
+            "gpubooking_last_backup_timestamp_seconds",
+            "When the newest scheduled backup of the booking database was taken (c."
+            "ScheduledBackups; Unix time; 0 until there is one): alert when it is older "
+            "than twice the interval.",
+            registry=self.registry,
+        )
+        self.backup_failures = Counter(
+            "gpubooking_backup_failures",
+            "Scheduled backups of the booking database that failed (each is logged as an error).",
+            registry=self.registry,
+        )
         self.longer_searches = Counter(
             "gpubooking_longer_searches",
             "Creates refused after the search for bookings to move ran out of time under the "
