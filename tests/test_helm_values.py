@@ -288,3 +288,22 @@ async def test_spawner_recognises_the_gpu_profiles(chart, monkeypatch, tmp_path)
     assert shown["a100-hami"]["booking"] == {
         "share": "0.25 × NVIDIA A100-SXM4-40GB", "end": format_time(parse_time("2026-03-02T12:00:00Z", "end")),
     }
+
+
+def test_the_backup_volume_of_the_how_to_validates_and_is_the_configured_folder(chart):
+    """docs/howto/backup.md: its hub.extraVolumes snippet, on top of the lab's values, is valid
+    for the chart, and mounts the folder its c.ScheduledBackups.directory names."""
+    import re
+
+    text = (Path(__file__).parents[1] / "docs/howto/backup.md").read_text()
+    [snippet] = [block for block in re.findall(r"```yaml\n(.*?)```", text, re.S)
+                 if "extraVolumes" in block]
+    [folder] = re.findall(r'c\.ScheduledBackups\.directory = "([^"]+)"', text)
+    defaults, validator = chart
+    values = helm_merge(merged_values(defaults, "values.yaml", "values-sqlite-pvc.yaml"),
+                        yaml.safe_load(snippet))
+    assert [error.message for error in validator.iter_errors(values)] == []
+    [mount] = values["hub"]["extraVolumeMounts"]
+    assert mount["mountPath"] == folder
+    # the hub pod's fsGroup makes a new volume writable by the service's user
+    assert values["hub"]["podSecurityContext"]["fsGroup"] == 1000
