@@ -17,47 +17,42 @@ const loads = {
   holders: new NewestLoad(), report: new NewestLoad(), flagged: new NewestLoad(), missing: new NewestLoad(),
 };
 
-/** Bookings the pools can no longer hold (a pool removed from the config, a node or GPUs gone),
- * each with the reason and Force end / Force cancel; nothing while there are none. */
-async function loadFlagged() {
-  const isNewest = loads.flagged.begin();
-  const { flagged } = await api("GET", "admin/flagged");
+/** A section of `containerId` with a heading, a sentence and what `render` makes of the list
+ * at `key` of the API's answer at `path`; nothing while the list is empty. */
+async function loadListedSection(load, path, key, containerId, heading, sentence, render) {
+  const isNewest = load.begin();
+  const list = (await api("GET", path))[key];
   if (!isNewest()) return;
-  const container = $("gb-flagged");
-  if (!flagged.length) {
-    container.replaceChildren();
-    return;
-  }
-  const table = el("div");
-  renderBookingTable(table, flagged.map((flag) => flag.booking).sort(byStart), {
-    showUser: true, cancelLabel: "Force cancel", box: $("gb-admin-feedback"),
-    caption: "Bookings that cannot be used", emptyText: "",
-    reasons: new Map(flagged.map((flag) => [flag.booking.id, flag.message])),
-  });
-  container.replaceChildren(el("h3", { class: "h5" }, "Bookings that cannot be used"),
-    el("p", { class: "small text-body-secondary" }, "The pools as configured can no longer hold these "
-      + "bookings; their users see a notice. End or cancel them, or put their pool or node back."),
-    table);
+  $(containerId).replaceChildren(...(list.length ? [el("h3", { class: "h5" }, heading),
+    el("p", { class: "small text-body-secondary" }, sentence), render(list)] : []));
 }
 
-/** Users the Hub no longer has, with when what they hold here is taken off; nothing while
- * there are none. */
-async function loadMissingUsers() {
-  const isNewest = loads.missing.begin();
-  const { users } = await api("GET", "admin/missing-users");
-  if (!isNewest()) return;
-  const container = $("gb-missing-users");
-  if (!users.length) {
-    container.replaceChildren();
-    return;
-  }
+/** Bookings the pools can no longer hold (a pool removed from the config, a node or GPUs gone),
+ * each with the reason and Force end / Force cancel. */
+function loadFlagged() {
+  return loadListedSection(loads.flagged, "admin/flagged", "flagged", "gb-flagged",
+    "Bookings that cannot be used", "The pools as configured can no longer hold these "
+      + "bookings; their users see a notice. End or cancel them, or put their pool or node back.",
+    (flagged) => {
+      const table = el("div");
+      renderBookingTable(table, flagged.map((flag) => flag.booking).sort(byStart), {
+        showUser: true, cancelLabel: "Force cancel", box: $("gb-admin-feedback"),
+        caption: "Bookings that cannot be used", emptyText: "",
+        reasons: new Map(flagged.map((flag) => [flag.booking.id, flag.message])),
+      });
+      return table;
+    });
+}
+
+/** Users the Hub no longer has, with when what they hold here is taken off. */
+function loadMissingUsers() {
   const due = (u) => u.removal_due === null ? "never (the check is off)" : formatTime(parseUtc(u.removal_due));
   const ids = (list) => list.length ? list.map((id) => `#${id}`).join(", ") : "none";
-  container.replaceChildren(el("h3", { class: "h5" }, "Users deleted from the Hub"),
-    el("p", { class: "small text-body-secondary" }, "The Hub no longer has these users. Their "
-      + "bookings, waits and calendar link are taken off from the time shown, unless they are in "
-      + "the Hub again by then; for a user renamed in the Hub, run jhub-gpubooking users rename."),
-    simpleTable("Users deleted from the Hub",
+  return loadListedSection(loads.missing, "admin/missing-users", "users", "gb-missing-users",
+    "Users deleted from the Hub", "The Hub no longer has these users. Their bookings, waits and "
+      + "calendar link are taken off from the time shown, unless they are in the Hub again by "
+      + "then; for a user renamed in the Hub, run jhub-gpubooking users rename.",
+    (users) => simpleTable("Users deleted from the Hub",
       ["User", "Missing since", "Taken off from", "Bookings", "Waits", "Calendar link"],
       users.map((u) => [u.user, formatTime(parseUtc(u.missing_since)), due(u), ids(u.bookings),
         ids(u.waits), u.calendar_link ? "yes" : "no"])));
