@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -75,6 +76,8 @@ class ScheduledBackups(LoggingConfigurable):
         self.lock = DatabaseLock(self.db_engine, "jhub_gpubooking.backups")
         self._not_before: datetime | None = None
         self._task: asyncio.Task | None = None
+        # a thread of its own: a long backup never holds up the database work of requests
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="gpubooking-backup")
 
     @property
     def folder(self) -> Path:
@@ -110,7 +113,7 @@ class ScheduledBackups(LoggingConfigurable):
             if not await in_executor(self.executor, self.lock.acquire):
                 return None  # another service process is backing up
             try:
-                report = await in_executor(self.executor, self._back_up, now)
+                report = await in_executor(self._writer, self._back_up, now)
             finally:
                 await in_executor(self.executor, self.lock.release)
         except Exception as error:
@@ -153,3 +156,6 @@ class ScheduledBackups(LoggingConfigurable):
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        # a backup being written finishes (the process exits after it) or, killed, leaves a
+        # .partial file the next backup clears
+        self._writer.shutdown(wait=False)
