@@ -33,5 +33,11 @@ if os.environ.get("E2E_PROFILE") == "soak":
     # a start pending when the walk restarts the Hub leaves a pod the Hub forgets: the sweep
     # deletes it once its booking is over (jhub_gpubooking.cluster.orphans), well within the
     # soak's slack (the Hub's own stops take a few seconds here)
+    # the service's own backups, one a minute (checked by soak_backup.py)
+    c.ScheduledBackups.directory = os.path.join(os.environ["DEMO_STATE_DIR"], "scheduled-backups")
+    c.ScheduledBackups.interval_hours = 1 / 60
+    c.ScheduledBackups.keep = 3
+    c.ScheduledBackups.check_seconds = 5
+    c.ScheduledBackups.retry_minutes = 0.5
     c.OrphanPods.hub_namespace = "jhub-demo"
     c.OrphanPods.orphan_pod_seconds = 15

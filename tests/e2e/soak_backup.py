@@ -5,6 +5,11 @@ booking service's database while the service runs its lifecycle ticks and serves
 The backup must hold one moment of the database: every booking listed before the command
 started, none that was not listed once it finished, and each booking with its history (a torn
 copy, the tables read at different moments, breaks one of these).
+
+The service also backs itself up, once a minute (``c.ScheduledBackups`` in
+gpubooking_config.py), through the walk's restarts and outages: at each step above, each of
+its backups must hold only bookings listed since, each with its history, and no more of them
+may be kept than ``keep`` (one more while the newest is written and the oldest not yet gone).
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ if TYPE_CHECKING:
 
 #: a safety net for a command that never ends (no timing is asserted)
 BACKUP_SECONDS = 300
+#: c.ScheduledBackups.directory (under the demo's state folder) and keep, as configured
+SCHEDULED_FOLDER, SCHEDULED_KEEP = "scheduled-backups", 3
+SCHEDULED_CHECK = "scheduled backups hold known, whole bookings"
 
 
 class Backups:
@@ -36,6 +44,7 @@ class Backups:
         self.folder.mkdir(exist_ok=True)
         self.command = str(Path(sys.executable).with_name("jhub-gpubooking"))
         self.taken = 0
+        self.scheduled = demo.state_dir / SCHEDULED_FOLDER
 
     def backup(self) -> str:
         file = self.folder / f"backup-{self.taken}.sqlite"
@@ -57,11 +66,35 @@ class Backups:
             raise SoakFailure(f"the backup {file} is not one moment: " + "; ".join(problems))
         file.unlink()
         self.taken += 1
+        self.check_scheduled()
         return "one moment"
+
+    def check_scheduled(self) -> None:
+        """What the service's own backups hold (read before the bookings are listed, so each
+        was taken before the list)."""
+        files = sorted(self.scheduled.glob("gpubooking-*Z.sqlite"))
+        if len(files) > SCHEDULED_KEEP + 1:
+            raise SoakFailure(f"{len(files)} scheduled backups kept, keep is {SCHEDULED_KEEP}")
+        contents = {}
+        for file in files:
+            try:
+                contents[file] = self.read(file)
+            except sqlite3.OperationalError:
+                if file.exists():
+                    raise
+                # deleted as the oldest meanwhile
+        listed = set(self.walk.all_bookings())
+        for file, (held, without_history) in contents.items():
+            if held - listed or without_history:
+                raise SoakFailure(f"the scheduled backup {file.name} holds bookings never listed "
+                                  f"{sorted(held - listed)} or without their history "
+                                  f"{without_history}")
+            self.walk.checker.checks[SCHEDULED_CHECK] += 1
 
     @staticmethod
     def read(file: Path) -> tuple[set[int], list[int]]:
-        connection = sqlite3.connect(file)
+        # read-only: a file deleted meanwhile is an error, not a new empty database
+        connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
         try:
             held = {row[0] for row in connection.execute("SELECT id FROM bookings")}
             without_history = [row[0] for row in connection.execute(
