@@ -1,5 +1,5 @@
 """How long does ``jhub-gpubooking db backup`` take on a database full of history, and does it
-hold up the service's bookings while it runs?
+hold up the service's bookings while it runs, beside the service or inside it?
 
 Run from the repository root (a couple of minutes on 2 cores; ``--tiny`` takes seconds)::
 
@@ -10,9 +10,11 @@ For each backend (SQLite in a temporary file, and PostgreSQL when the server at
 ``--postgres-url`` answers) a database is migrated and filled with ``--history`` past bookings
 and their events (as in ``benchmarks.scaling``). Then ``--creates`` bookings are made through
 :class:`jhub_gpubooking.db.store.BookingStore` with no backup running, and again while backups
-run one after another in another process (each into a new file), as an admin's ``kubectl
-exec`` runs beside the service. Reported: the backup's duration (the whole command) and file
-size, and create latency without and during backups.
+run one after another (each into a new file): in another process, as an admin's ``kubectl
+exec`` runs beside the service, and in a thread of the creating process, as
+``c.ScheduledBackups`` runs inside the service (sharing its Python interpreter). Reported: the
+backup's duration (the whole command, or the call) and file size, and create latency without
+and during backups.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 
+from jhub_gpubooking.db.backup import backup_database
 from jhub_gpubooking.db.session import make_engine, upgrade
 
 from .common import (
@@ -62,45 +65,69 @@ def timed_creates(store, creates: int, first_hour: int) -> list[float]:
     return latencies
 
 
+#: where the backups run: beside the service (``kubectl exec``) or inside it (ScheduledBackups)
+PLACES = ("another process", "a thread of the service")
+
+
+def back_up(place: str, url: str, file: Path) -> None:
+    if place == "another process":
+        subprocess.run([sys.executable, "-m", "jhub_gpubooking.cli", "db", "backup", str(file),
+                        "--db-url", url], check=True, capture_output=True)
+    else:
+        backup_database(url, file)
+
+
+def creates_during_backups(store, place: str, url: str, creates: int, first_hour: int,
+                           folder: Path) -> tuple[list[float], list[tuple[float, int, int]]]:
+    """Create latencies while backups run one after another at ``place``, and the backups'
+    (seconds, bytes, bookings)."""
+    backups: list[tuple[float, int, int]] = []
+    done = threading.Event()
+
+    def back_up_until_done() -> None:
+        while not done.is_set() or not backups:
+            file = folder / f"backup-{len(backups)}.sqlite"
+            began = time.perf_counter()
+            back_up(place, url, file)
+            seconds = time.perf_counter() - began
+            backups.append((seconds, file.stat().st_size, bookings_in(file)))
+            file.unlink()
+
+    worker = threading.Thread(target=back_up_until_done)
+    worker.start()
+    during = timed_creates(store, creates, first_hour)
+    done.set()
+    worker.join()
+    return during, backups
+
+
 def run_backend(backend: str, url: str, history: int, creates: int, seed: int,
-                folder: Path) -> dict:
+                folder: Path) -> list[dict]:
     upgrade(url)
     engine = make_engine(url)
+    results = []
     try:
         store = open_store(engine)
         fill_seconds = fill_history(url, history, seed)
         quiet = timed_creates(store, creates, first_hour=1)
-        backups: list[tuple[float, int, int]] = []  # seconds, bytes, bookings
-        done = threading.Event()
-
-        def back_up_until_done() -> None:
-            # in a process of its own, as `kubectl exec deploy/hub -- jhub-gpubooking db
-            # backup` runs beside the service
-            while not done.is_set() or not backups:
-                file = folder / f"{backend}-{len(backups)}.sqlite"
-                began = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "jhub_gpubooking.cli", "db", "backup",
-                                str(file), "--db-url", url], check=True, capture_output=True)
-                seconds = time.perf_counter() - began
-                backups.append((seconds, file.stat().st_size, bookings_in(file)))
-                file.unlink()
-
-        worker = threading.Thread(target=back_up_until_done)
-        worker.start()
-        during = timed_creates(store, creates, first_hour=1 + creates)
-        done.set()
-        worker.join()
+        for n, place in enumerate(PLACES, start=1):
+            during, backups = creates_during_backups(store, place, url, creates,
+                                                     1 + n * creates, folder)
+            seconds = [b[0] for b in backups]
+            results.append({
+                "backend": backend, "history": history, "fill_seconds": fill_seconds,
+                "backups_in": place,
+                "backups": len(backups), "backup_seconds_median": percentile(seconds, 50),
+                "backup_bytes": backups[0][1], "bookings_in_first_backup": backups[0][2],
+                "create_quiet": {"median_ms": percentile(quiet, 50),
+                                 "p99_ms": percentile(quiet, 99)},
+                "create_during": {"median_ms": percentile(during, 50),
+                                  "p99_ms": percentile(during, 99)},
+                "creates": creates,
+            })
     finally:
         engine.dispose()
-    seconds = [b[0] for b in backups]
-    return {
-        "backend": backend, "history": history, "fill_seconds": fill_seconds,
-        "backups": len(backups), "backup_seconds_median": percentile(seconds, 50),
-        "backup_bytes": backups[0][1], "bookings_in_first_backup": backups[0][2],
-        "create_quiet": {"median_ms": percentile(quiet, 50), "p99_ms": percentile(quiet, 99)},
-        "create_during": {"median_ms": percentile(during, 50), "p99_ms": percentile(during, 99)},
-        "creates": creates,
-    }
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,13 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpub-backup-")))
         for backend, urls in benchmark_databases(stack, args.postgres_url, ["history"]).items():
-            results.append(run_backend(backend, urls["history"], args.history, args.creates,
-                                       args.seed, folder))
+            results += run_backend(backend, urls["history"], args.history, args.creates,
+                                   args.seed, folder)
     print()
     print(markdown_table(
-        ["backend", "history", "backup s (median)", "backups", "file MB", "create p50/p99 ms quiet",
-         "create p50/p99 ms during backups"],
-        [[r["backend"], f"{r['history']:,}", r["backup_seconds_median"], r["backups"],
+        ["backend", "history", "backups in", "backup s (median)", "backups", "file MB",
+         "create p50/p99 ms quiet", "create p50/p99 ms during backups"],
+        [[r["backend"], f"{r['history']:,}", r["backups_in"], r["backup_seconds_median"],
+          r["backups"],
           f"{r['backup_bytes'] / 1e6:.1f}",
           f"{r['create_quiet']['median_ms']:.1f} / {r['create_quiet']['p99_ms']:.1f}",
           f"{r['create_during']['median_ms']:.1f} / {r['create_during']['p99_ms']:.1f}"]

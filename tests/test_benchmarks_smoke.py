@@ -415,6 +415,10 @@ def test_backup_prints_its_duration_and_create_latency_around_it(tmp_path):
     output, results = run_script("backup", tmp_path)
 
     assert "| backend " in output and "| sqlite " in output
+    # each backend with backups beside the service and inside it
+    assert sorted((r["backend"], r["backups_in"]) for r in results["results"]) == sorted(
+        (backend, place) for backend in {r["backend"] for r in results["results"]}
+        for place in ("another process", "a thread of the service"))
     for backend in results["results"]:
         assert backend["history"] == 1000 and backend["creates"] == 20
         assert backend["backups"] >= 1 and backend["backup_seconds_median"] > 0
