@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, select
 
 from ..core.errors import Conflict
-from ..core.waitlist import WaitState
+from ..core.model import Booking
+from ..core.waitlist import Wait, WaitState
 from .feed_tokens import feed_token_users, has_feed_token, revoke_feed_token
 from .models import MissingUserRow
 
@@ -41,19 +42,30 @@ class Belongings:
                 f"withdrawn, calendar link {'revoked' if self.feed_link else 'none'}")
 
 
+def _bookings_not_over(store: BookingStore, now: datetime, user: str | None = None) -> list[Booking]:
+    """Bookings (of ``user``; everyone's without) not over at ``now``: what a removal cancels
+    or, running, ends."""
+    return [booking for booking in store.list(user=user, start=now) if booking.not_over(now)]
+
+
+def _waiting(waits: WaitStore, user: str | None = None) -> list[Wait]:
+    """Waiting requests (of ``user``; everyone's without): what a removal withdraws."""
+    return waits.list(user=user, state=WaitState.WAITING)
+
+
 def users_with_belongings(store: BookingStore, waits: WaitStore, now: datetime) -> set[str]:
     """Users with a booking not over yet, a waiting request or a calendar link: those worth
     asking the Hub about (the history of everyone else stays as it is)."""
-    users = {booking.user for booking in store.list(start=now) if booking.not_over(now)}
-    users |= {wait.user for wait in waits.list(state=WaitState.WAITING)}
+    users = {booking.user for booking in _bookings_not_over(store, now)}
+    users |= {wait.user for wait in _waiting(waits)}
     return users | feed_token_users(store)
 
 
 def belongings(store: BookingStore, waits: WaitStore, user: str, now: datetime) -> Belongings:
     """What ``user`` holds here now: what a removal would take off."""
     return Belongings(
-        tuple(b.id for b in store.list(user=user, start=now) if b.not_over(now)),
-        tuple(w.id for w in waits.list(user=user, state=WaitState.WAITING)),
+        tuple(booking.id for booking in _bookings_not_over(store, now, user)),
+        tuple(wait.id for wait in _waiting(waits, user)),
         has_feed_token(store, user),
     )
 
@@ -69,7 +81,7 @@ def remove_belongings(store: BookingStore, waits: WaitStore, user: str,
     """
     # waits first: one booked meanwhile would be a booking the cancels below never saw
     withdrawn = []
-    for wait in waits.list(user=user, state=WaitState.WAITING):
+    for wait in _waiting(waits, user):
         try:
             waits.withdraw(wait.id)
         except Conflict:
@@ -77,9 +89,7 @@ def remove_belongings(store: BookingStore, waits: WaitStore, user: str,
         withdrawn.append(wait.id)
     reason = f"The Hub no longer has user {user}."
     cancelled = []
-    for booking in store.list(user=user, start=now):
-        if not booking.not_over(now):
-            continue
+    for booking in _bookings_not_over(store, now, user):
         try:
             store.cancel(booking.id, REMOVED_USERS_ACTOR, reason=reason)
         except Conflict:
