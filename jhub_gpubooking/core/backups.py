@@ -17,8 +17,13 @@ from datetime import datetime, timedelta, timezone
 PREFIX = "gpubooking-"
 SUFFIX = ".sqlite"
 #: what :func:`backup_name` writes: the UTC minute of the backup
-_NAME = re.compile(r"^gpubooking-(\d{8}T\d{4})Z\.sqlite$")
+_NAME = re.compile(rf"^{re.escape(PREFIX)}(\d{{8}}T\d{{4}})Z{re.escape(SUFFIX)}$")
 _STAMP = "%Y%m%dT%H%M"
+#: a backup is written under its name plus this and renamed once complete and checked
+#: (:func:`jhub_gpubooking.db.backup.backup_database`), so a file of the final name is whole
+PARTIAL = ".partial"
+#: the files SQLite may keep beside a database file, by suffix of its name
+SQLITE_SIDE_FILES = ("", "-journal", "-wal", "-shm")
 
 
 def backup_name(at: datetime) -> str:
@@ -61,6 +66,6 @@ def unfinished(names: Iterable[str]) -> list[str]:
     files and SQLite's files beside them, safe to delete before the next one starts."""
     return sorted(
         name for name in names
-        for tail in (".partial", ".partial-journal", ".partial-wal", ".partial-shm")
+        for tail in (PARTIAL + side for side in SQLITE_SIDE_FILES)
         if name.endswith(tail) and backup_time(name[: -len(tail)]) is not None
     )

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from ..core.backups import PARTIAL, SQLITE_SIDE_FILES
 from .copy import CopyRefused, copy_database
 from .session import StaleSchema, display_url, normalize_url, upgrade
 
@@ -46,7 +47,7 @@ def backup_database(url: str, path: str | os.PathLike) -> BackupReport:
         raise CopyRefused(f"{target} exists already; name a new file (a backup never overwrites).")
     if not target.parent.is_dir():
         raise CopyRefused(f"There is no folder {target.parent} to write the backup into.")
-    partial = target.with_name(f"{target.name}.partial")
+    partial = target.with_name(target.name + PARTIAL)
     parsed = make_url(normalize_url(url))
     try:
         _remove_sqlite_files(partial)  # a leftover of an interrupted backup
@@ -132,5 +133,5 @@ def _contents(partial: Path) -> tuple[str, dict[str, int]]:
 
 
 def _remove_sqlite_files(database: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
+    for suffix in SQLITE_SIDE_FILES:
         Path(f"{database}{suffix}").unlink(missing_ok=True)

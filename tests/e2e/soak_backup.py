@@ -14,6 +14,7 @@ may be kept than ``keep`` (one more while the newest is written and the oldest n
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from soak_invariants import SoakFailure
+
+from jhub_gpubooking.core.backups import backups
 
 if TYPE_CHECKING:
     from soak import Walk
@@ -72,7 +75,8 @@ class Backups:
     def check_scheduled(self) -> None:
         """What the service's own backups hold (read before the bookings are listed, so each
         was taken before the list)."""
-        files = sorted(self.scheduled.glob("gpubooking-*Z.sqlite"))
+        names = os.listdir(self.scheduled) if self.scheduled.is_dir() else []
+        files = sorted(self.scheduled / name for name in backups(names))
         if len(files) > SCHEDULED_KEEP + 1:
             raise SoakFailure(f"{len(files)} scheduled backups kept, keep is {SCHEDULED_KEEP}")
         contents = {}
