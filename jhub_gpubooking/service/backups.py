@@ -66,7 +66,8 @@ class ScheduledBackups(LoggingConfigurable):
 
     db_url = Unicode(help="The service's database URL (what is backed up).")
     db_engine = Any(help="The service's engine: a database lock lets one process back up.")
-    executor = Any(help="Executor for the backup, so the event loop never waits on it.")
+    executor = Any(help="Executor for listing the folder and taking the database lock (the "
+                   "backup itself runs in a thread of its own).")
     clock = Any(help="Source of the current time.")
     metrics = Any(None, help="The service's ServiceMetrics (last backup, failures).")
 

@@ -83,15 +83,20 @@ class RemovedUsers(LoggingConfigurable):
         # or second process asking once more only costs a few Hub requests
         self._last_round: datetime | None = None
         self._hub_failure_logged = False
-        if os.environ.get(HUB_CULLS_USERS_ENV) and self.check_interval_minutes:
+        if os.environ.get(HUB_CULLS_USERS_ENV) and self.checking:
             self.log.warning(
                 "The Hub's idle culler deletes inactive users (--cull-users), and "
                 "c.RemovedUsers.check_interval_minutes is set: a user culled for %.0f hours "
                 "loses their bookings here although they come back at their next login.",
                 self.grace_hours)
 
+    @property
+    def checking(self) -> bool:
+        """Whether rounds run at all (check_interval_minutes 0 turns them off)."""
+        return bool(self.check_interval_minutes)
+
     def _round_due(self, now: datetime) -> bool:
-        if not self.check_interval_minutes:
+        if not self.checking:
             return False
         interval = timedelta(minutes=self.check_interval_minutes)
         return self._last_round is None or now - self._last_round >= interval
@@ -187,8 +192,7 @@ class MissingUsersHandler(APIHandler):
             return missing, {user: belongings(self.store, waits, user, now) for user in missing}
 
         missing, held = await self.run_in_executor(read)
-        checking = bool(checker.check_interval_minutes)
-        grace = timedelta(hours=checker.grace_hours) if checking else None
+        grace = timedelta(hours=checker.grace_hours) if checker.checking else None
         self.write_json({
             "users": missing_users_json(missing, held, grace),
             "check_interval_minutes": checker.check_interval_minutes,

@@ -1,6 +1,7 @@
 // The administration part of the reservation page (shown to Hub admins only): everyone's
 // bookings, maintenance windows and the bookings a new one overlaps, users deleted from the Hub
-// who still hold something here, the GPUs in use now, and the usage report. The rules stay in the API; this shows its answers and refusals.
+// who still hold something here, the GPUs in use now, and the usage report. The rules stay in
+// the API; this shows its answers and refusals.
 
 import {
   $, ACTIVE_STATES, HOUR_MS, NewestLoad, PagedList, api, byStart, config, el, floorSlot, formatSpan, formatTime,
