@@ -1,5 +1,7 @@
 """Shared fixtures: a real JupyterHub with the booking service (see hub_harness.py), the machine's
-kubectl; with ``CI=true`` a missing database, browser or kubectl fails its tests (see ci_skips.py)."""
+kubectl; with ``CI=true`` a missing database, browser or kubectl fails its tests (see ci_skips.py).
+Tests marked ``one_set("pins")`` or ``one_set("latest")`` run in that dependency set only when
+scripts/test runs both sets side by side (see one_set.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
 from hub_harness import RunningHub, start_booking_hub
+from one_set import pytest_collection_modifyitems  # noqa: F401 (hook)
 from server_databases import new_database, skip_unless_reachable
 
 

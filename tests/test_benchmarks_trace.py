@@ -25,6 +25,10 @@ from jhub_gpubooking.core.model import Booking, Placement, Pool
 from jhub_gpubooking.core.placement import overbooked_instants
 from jhub_gpubooking.core.timegrid import ceil_to_grid
 
+# runs in one dependency set when both run side by side: it does not use the Hub, the spawner,
+# SQLAlchemy or tornado (pytest.mark.one_set, tests/conftest.py)
+pytestmark = pytest.mark.one_set("latest")
+
 T0 = datetime(2026, 9, 7, 9, 0, tzinfo=timezone.utc)
 ONE_GPU = Pool(name="one", nodes={"n1": 1})
 TWO_GPUS = Pool(name="two", nodes={"n1": 2})

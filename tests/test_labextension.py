@@ -23,6 +23,10 @@ from packaging.version import Version
 
 import jhub_gpubooking
 
+# runs in one dependency set when both run side by side: it does not use the Hub, the spawner,
+# SQLAlchemy or tornado (pytest.mark.one_set, tests/conftest.py)
+pytestmark = pytest.mark.one_set("latest")
+
 PREBUILT = EXTENSION / "prebuilt"
 MODULES = EXTENSION / "node_modules"
 # written after a successful `npm ci`: the hash of the lock file it installed

@@ -21,6 +21,10 @@ from labextension_lock import labextension_to_myself
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+# runs in one dependency set when both run side by side: it does not use the Hub, the spawner,
+# SQLAlchemy or tornado (pytest.mark.one_set, tests/conftest.py)
+pytestmark = pytest.mark.one_set("latest")
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "jhub_gpubooking"
 HUB_IMAGE_PINS = REPO / "vendor" / "z2jh" / "hub-image-requirements.txt"

@@ -36,6 +36,10 @@ from jhub_gpubooking.core.model import Booking, MaintenanceWindow, Placement, Po
 from jhub_gpubooking.core.placement import held
 from jhub_gpubooking.core.replacement import is_movable, place_or_move
 
+# runs in one dependency set when both run side by side: it does not use the Hub, the spawner,
+# SQLAlchemy or tornado (pytest.mark.one_set, tests/conftest.py)
+pytestmark = pytest.mark.one_set("latest")
+
 #: Far more than any of these tiny programs needs: the answers below are the solver's optimum.
 GENEROUS_SECONDS = 60
 exact_settings = settings(max_examples=300, deadline=None)
