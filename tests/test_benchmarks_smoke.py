@@ -48,7 +48,7 @@ def booking(node: str, gpus: tuple[int, ...], slices: int, start_hour: float, en
 # ---------------------------------------------------------------- the scripts
 
 
-# pure replays (no Hub, SQLAlchemy or tornado): one dependency set when both run (tests/conftest.py)
+# pure replays (no Hub, SQLAlchemy or tornado): one dependency set when both run (tests/one_set.py)
 @pytest.mark.one_set("latest")
 def test_lab_trace_prints_tables_with_consistent_numbers(tmp_path):
     output, results = run_script("lab_trace", tmp_path, "--seeds", "3,4")

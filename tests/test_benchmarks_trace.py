@@ -26,7 +26,7 @@ from jhub_gpubooking.core.placement import overbooked_instants
 from jhub_gpubooking.core.timegrid import ceil_to_grid
 
 # runs in one dependency set when both run side by side: it does not use the Hub, the spawner,
-# SQLAlchemy or tornado (pytest.mark.one_set, tests/conftest.py)
+# SQLAlchemy or tornado (pytest.mark.one_set, tests/one_set.py)
 pytestmark = pytest.mark.one_set("latest")
 
 T0 = datetime(2026, 9, 7, 9, 0, tzinfo=timezone.utc)

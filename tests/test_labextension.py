@@ -24,7 +24,7 @@ from packaging.version import Version
 import jhub_gpubooking
 
 # runs in one dependency set when both run side by side: it does not use the Hub, the spawner,
-# SQLAlchemy or tornado (pytest.mark.one_set, tests/conftest.py)
+# SQLAlchemy or tornado (pytest.mark.one_set, tests/one_set.py)
 pytestmark = pytest.mark.one_set("latest")
 
 PREBUILT = EXTENSION / "prebuilt"

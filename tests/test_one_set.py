@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from one_set import ENVIRONMENT
 
 pytest_plugins = ["pytester"]
 
@@ -35,7 +36,7 @@ def suite(pytester):
 
 
 def test_alone_a_set_runs_every_test(suite, monkeypatch):
-    monkeypatch.delenv("GPUB_SPLIT_SET", raising=False)
+    monkeypatch.delenv(ENVIRONMENT, raising=False)
     suite.runpytest().assert_outcomes(passed=5)
 
 
@@ -45,7 +46,7 @@ def test_alone_a_set_runs_every_test(suite, monkeypatch):
 ])
 def test_side_by_side_a_test_runs_in_the_set_it_names_and_is_deselected_in_the_other(
         suite, monkeypatch, current, ran):
-    monkeypatch.setenv("GPUB_SPLIT_SET", current)
+    monkeypatch.setenv(ENVIRONMENT, current)
     result = suite.runpytest("-v")
     result.assert_outcomes(passed=len(ran), deselected=5 - len(ran))
     passed = {line.split("::")[1].split(" ")[0] for line in result.outlines if " PASSED" in line}

@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 # runs in one dependency set when both run side by side: it does not use the Hub, the spawner,
-# SQLAlchemy or tornado (pytest.mark.one_set, tests/conftest.py)
+# SQLAlchemy or tornado (pytest.mark.one_set, tests/one_set.py)
 pytestmark = pytest.mark.one_set("latest")
 
 REPO = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ from jhub_gpubooking.core.placement import held
 from jhub_gpubooking.core.replacement import is_movable, place_or_move
 
 # runs in one dependency set when both run side by side: it does not use the Hub, the spawner,
-# SQLAlchemy or tornado (pytest.mark.one_set, tests/conftest.py)
+# SQLAlchemy or tornado (pytest.mark.one_set, tests/one_set.py)
 pytestmark = pytest.mark.one_set("latest")
 
 #: Far more than any of these tiny programs needs: the answers below are the solver's optimum.

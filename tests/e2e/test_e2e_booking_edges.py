@@ -120,7 +120,7 @@ def test_the_server_takes_the_booking_chosen_among_several(driver):
 
 
 # waits out a booking on a real clock: with both dependency sets side by side, the hub image's set
-# runs it (tests/conftest.py)
+# runs it (tests/one_set.py)
 @pytest.mark.one_set("pins")
 def test_a_stale_claim_expires_and_the_end_stops_no_other_server(driver):
     start = now().replace(second=0, microsecond=0)

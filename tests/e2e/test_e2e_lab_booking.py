@@ -72,7 +72,7 @@ def test_a_cpu_server_shows_nothing(driver, page):
 
 # waits out real minutes past the old end, then the module's demo stops in its teardown; minutes
 # of a real clock, so with both dependency sets side by side only the hub image's set runs it
-# (the latest set runs the same rules in tests/service/test_lifecycle_hub.py; tests/conftest.py)
+# (the latest set runs the same rules in tests/service/test_lifecycle_hub.py; tests/one_set.py)
 @pytest.mark.one_set("pins")
 @pytest.mark.timeout(600)
 def test_jupyterlab_warns_before_the_end_and_extends_the_booking(driver, page):

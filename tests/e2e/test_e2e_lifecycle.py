@@ -71,7 +71,7 @@ def test_opportunistic_use_runs_at_low_priority_and_yields_to_a_booking(driver):
 
 
 # a minute of a real clock: with both dependency sets side by side, the latest set runs it and the
-# hub image's set runs the same rule in test_e2e_gpu_servers.py (tests/conftest.py)
+# hub image's set runs the same rule in test_e2e_gpu_servers.py (tests/one_set.py)
 @pytest.mark.one_set("latest")
 def test_the_service_stops_a_server_when_its_booking_ends_and_warns_before(driver):
     now = datetime.now(timezone.utc)

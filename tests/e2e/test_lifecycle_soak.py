@@ -6,7 +6,7 @@ CI runs one seed on SQLite, and a shorter walk with the service on PostgreSQL an
 the databases of production (other isolation, other locks), each a private server that the
 walk also stops for a few seconds now and then. With both dependency sets side by side
 (scripts/test), the SQLite walk runs in the hub image's set and the two server walks in the
-latest set (pytest.mark.one_set, tests/conftest.py); one set alone runs all three. ``SOAK_SEED``,
+latest set (pytest.mark.one_set, tests/one_set.py); one set alone runs all three. ``SOAK_SEED``,
 ``SOAK_ACTIONS`` and ``SOAK_SERVER_ACTIONS`` run others, or longer (docs: testing).
 """
 

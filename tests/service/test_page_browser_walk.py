@@ -14,7 +14,7 @@ from page_walk_admin import ADMIN, AdminWalk
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-# seed 1 runs in both dependency sets, seeds 2 and 3 one each (pytest.mark.one_set, tests/conftest.py)
+# seed 1 runs in both dependency sets, seeds 2 and 3 one each (pytest.mark.one_set, tests/one_set.py)
 SEEDS = [int(os.environ["PAGE_WALK_SEED"])] if "PAGE_WALK_SEED" in os.environ else [
     1, pytest.param(2, marks=pytest.mark.one_set("pins")), pytest.param(3, marks=pytest.mark.one_set("latest"))]
 ACTIONS = int(os.environ.get("PAGE_WALK_ACTIONS", "80"))

@@ -62,7 +62,7 @@ def refusal_shape_problem(response) -> str | None:
     return None
 
 
-# side by side, each dependency set fuzzes every operation with one of the two tokens (tests/conftest.py)
+# side by side, each dependency set fuzzes every operation with one of the two tokens (tests/one_set.py)
 @pytest.mark.parametrize("who", [pytest.param("admin", marks=pytest.mark.one_set("pins")),
                                  pytest.param("ada", marks=pytest.mark.one_set("latest"))])
 def test_no_operation_answers_with_a_server_error(fuzzed_hub, who):
