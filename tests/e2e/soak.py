@@ -3,8 +3,9 @@ JupyterHub, configurable-http-proxy, booking service, GPUBookingSpawner and the 
 cluster running real jupyterhub-singleuser processes), with every invariant of
 :mod:`soak_invariants` checked after every step.
 
-Actions: book (a refused user may join the waitlist), withdraw a wait, extend, shorten, end
-now, cancel, take an offer to start early; an admin's maintenance windows (added, their
+Actions: book (a refused user may join the waitlist or book the next free slot, see
+soak_refusals.py), withdraw a wait, extend, shorten, end now, cancel, take an offer to start
+early; an admin's maintenance windows (added, their
 collisions cleared, removed) and backups of the database (soak_backup.py); start and stop
 default and named servers on CPU and GPU profiles; pods made outside the Hub in gated
 namespaces (the service's admission webhook, see soak_pods.py); restarts of the booking
@@ -54,6 +55,7 @@ from soak_invariants import (  # noqa: E402
 )
 from soak_outage import BACK_WITHIN_SECONDS, DatabaseOutages, StoppableDatabase  # noqa: E402
 from soak_pods import GATED, OutsidePods  # noqa: E402
+from soak_refusals import Refused  # noqa: E402
 
 USERS = ("u0", "u1", "u2", "u3", "u4")
 SERVER_NAMES = ("", "gpu")
@@ -67,8 +69,6 @@ WEIGHTS = {
 }
 #: active and upcoming bookings a user may hold (tests/e2e/gpubooking_config.py's policy)
 MAX_BOOKINGS = 10
-#: how often a user refused for capacity joins the waitlist instead of giving up
-JOIN_WAITLIST = 0.5
 #: real single-user servers cost CPU: beyond this many the walk stops one instead
 MAX_SERVERS = 6
 
@@ -138,7 +138,7 @@ class Walk:
         self.reader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-snapshot")
         self.outside = OutsidePods(self, AMOUNTS)
         self.outages = None if database is None else DatabaseOutages(self, database)
-        self.backups = Backups(self)
+        self.backups, self.refused = Backups(self), Refused(self)
         # what interrupts the walk comes at seeded steps of its middle
         span = range(actions // 5, max(actions * 4 // 5, actions // 5 + 1))
         self.interruptions = {step: "restart service"
@@ -283,21 +283,7 @@ class Walk:
         response = self.driver.booking.post("bookings", json=request)
         outcome = self.answered(response, {201: "booked", 409: "full", 403: "over a limit",
                                            400: "start passed"})
-        if outcome == "full" and self.rng.random() < JOIN_WAITLIST:
-            return self.join_waitlist(request)
-        return outcome
-
-    def join_waitlist(self, request: dict) -> str:
-        """The refused user waits for the same interval, or for any start up to 3 minutes
-        later."""
-        window_end = parse_time(request["end"]) + timedelta(minutes=self.rng.randint(0, 3))
-        response = self.driver.booking.post(
-            "waits", json={**request, "window_end": format_time(window_end)})
-        outcome = self.answered(response, {201: "full, waits", 409: "full, waits enough",
-                                           403: "full, over a limit", 400: "full, start passed"})
-        if outcome == "full, waits" and response.json()["state"] == "booked":
-            return "full, booked from the waitlist"
-        return outcome
+        return self.refused.choose(request, response) if outcome == "full" else outcome
 
     def do_withdraw_wait(self) -> str:
         waiting = [w for _id, w in sorted(self.snapshot.waits.items()) if w["state"] == "waiting"]
