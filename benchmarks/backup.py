@@ -14,7 +14,8 @@ run one after another (each into a new file): in another process, as an admin's 
 exec`` runs beside the service, and in a thread of the creating process, as
 ``c.ScheduledBackups`` runs inside the service (sharing its Python interpreter). Reported: the
 backup's duration (the whole command, or the call) and file size, and create latency without
-and during backups.
+and during backups; and how long a backup under way takes to end once the service is stopping
+(``stop_seconds``: the stop is asked for halfway through a backup, as a SIGTERM would).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 
+from jhub_gpubooking.core.backups import PARTIAL
 from jhub_gpubooking.db.backup import backup_database
+from jhub_gpubooking.db.copy import CopyStopped
 from jhub_gpubooking.db.session import make_engine, upgrade
 
 from .common import (
@@ -101,6 +104,32 @@ def creates_during_backups(store, place: str, url: str, creates: int, first_hour
     return during, backups
 
 
+def stopped_halfway(url: str, file: Path, backup_seconds: float) -> tuple[float, bool]:
+    """Seconds from asking a backup under way to stop (halfway through) until it has ended, and
+    whether it was stopped (a short one may finish first: its file is then deleted)."""
+    stop, ended, stopped = threading.Event(), [], []
+
+    def back_up_until_stopped() -> None:
+        try:
+            backup_database(url, file, stop)
+        except CopyStopped:
+            stopped.append(True)
+        ended.append(time.perf_counter())
+
+    worker = threading.Thread(target=back_up_until_stopped)
+    worker.start()
+    time.sleep(backup_seconds / 2)
+    asked = time.perf_counter()
+    stop.set()
+    worker.join()
+    if not ended:
+        raise RuntimeError("the backup asked to stop failed")
+    if stopped and (file.exists() or file.with_name(file.name + PARTIAL).exists()):
+        raise RuntimeError(f"a stopped backup left {file} or its partial file")
+    file.unlink(missing_ok=True)
+    return max(0.0, ended[0] - asked), bool(stopped)
+
+
 def run_backend(backend: str, url: str, history: int, creates: int, seed: int,
                 folder: Path) -> list[dict]:
     upgrade(url)
@@ -110,11 +139,12 @@ def run_backend(backend: str, url: str, history: int, creates: int, seed: int,
         store = open_store(engine)
         fill_seconds = fill_history(url, history, seed)
         quiet = timed_creates(store, creates, first_hour=1)
+        rows = []
         for n, place in enumerate(PLACES, start=1):
             during, backups = creates_during_backups(store, place, url, creates,
                                                      1 + n * creates, folder)
             seconds = [b[0] for b in backups]
-            results.append({
+            rows.append({
                 "backend": backend, "history": history, "fill_seconds": fill_seconds,
                 "backups_in": place,
                 "backups": len(backups), "backup_seconds_median": percentile(seconds, 50),
@@ -125,6 +155,9 @@ def run_backend(backend: str, url: str, history: int, creates: int, seed: int,
                                   "p99_ms": percentile(during, 99)},
                 "creates": creates,
             })
+        stop_seconds, stopped = stopped_halfway(url, folder / "stopped.sqlite",
+                                                rows[-1]["backup_seconds_median"])
+        results = [{**row, "stop_seconds": stop_seconds, "stopped": stopped} for row in rows]
     finally:
         engine.dispose()
     return results
@@ -148,12 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(markdown_table(
         ["backend", "history", "backups in", "backup s (median)", "backups", "file MB",
-         "create p50/p99 ms quiet", "create p50/p99 ms during backups"],
+         "create p50/p99 ms quiet", "create p50/p99 ms during backups", "stop s"],
         [[r["backend"], f"{r['history']:,}", r["backups_in"], r["backup_seconds_median"],
           r["backups"],
           f"{r['backup_bytes'] / 1e6:.1f}",
           f"{r['create_quiet']['median_ms']:.1f} / {r['create_quiet']['p99_ms']:.1f}",
-          f"{r['create_during']['median_ms']:.1f} / {r['create_during']['p99_ms']:.1f}"]
+          f"{r['create_during']['median_ms']:.1f} / {r['create_during']['p99_ms']:.1f}",
+          f"{r['stop_seconds']:.2f}" + ("" if r["stopped"] else " (finished first)")]
          for r in results],
     ))
     write_json(args.json, {"results": results})

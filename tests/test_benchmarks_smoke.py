@@ -429,6 +429,8 @@ def test_backup_prints_its_duration_and_create_latency_around_it(tmp_path):
         assert backend["backup_bytes"] > 0
         for phase in ("create_quiet", "create_during"):
             assert 0 < backend[phase]["median_ms"] <= backend[phase]["p99_ms"]
+        # a backup asked to stop halfway ended (stopped, or finished first), leaving no file
+        assert backend["stop_seconds"] >= 0 and isinstance(backend["stopped"], bool)
 
 
 def test_migration_times_an_upgrade_that_keeps_every_row(tmp_path):

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
 from ..core.backups import PARTIAL, SQLITE_SIDE_FILES
-from .copy import CopyRefused, copy_database
+from .copy import CopyRefused, CopyStopped, copy_database
 from .session import StaleSchema, display_url, normalize_url, upgrade
 
 
@@ -40,8 +41,13 @@ class BackupReport:
     checksum: str | None  # the row checksum verified on both sides (server databases)
 
 
-def backup_database(url: str, path: str | os.PathLike) -> BackupReport:
-    """Write a consistent copy of the database at ``url`` to the new SQLite file ``path``."""
+def backup_database(url: str, path: str | os.PathLike,
+                    stop: threading.Event | None = None) -> BackupReport:
+    """Write a consistent copy of the database at ``url`` to the new SQLite file ``path``.
+
+    Once ``stop`` is set a server database's copy ends at its next chunk of rows (SQLite's
+    one-step copy is short and runs to its end), raising :class:`CopyStopped` with the partial
+    file removed."""
     target = Path(path).expanduser().resolve()
     if target.exists():
         raise CopyRefused(f"{target} exists already; name a new file (a backup never overwrites).")
@@ -55,7 +61,9 @@ def backup_database(url: str, path: str | os.PathLike) -> BackupReport:
         if parsed.get_backend_name() == "sqlite":
             _sqlite_online_backup(parsed.database, partial, display_url(url))
         else:
-            checksum = _server_backup(url, partial)
+            checksum = _server_backup(url, partial, stop)
+        if stop is not None and stop.is_set():
+            raise CopyStopped(f"The backup of {display_url(url)} was stopped; no file was written.")
         _single_file_and_checked(partial)
         revision, counts = _contents(partial)
         os.replace(partial, target)
@@ -81,11 +89,11 @@ def _sqlite_online_backup(database: str | None, partial: Path, name: str) -> Non
         source.close()
 
 
-def _server_backup(url: str, partial: Path) -> str:
+def _server_backup(url: str, partial: Path, stop: threading.Event | None) -> str:
     partial_url = f"sqlite:///{partial}"
     upgrade(partial_url)
     try:
-        return copy_database(url, partial_url).checksum
+        return copy_database(url, partial_url, stop).checksum
     except StaleSchema as error:
         raise CopyRefused(
             f"{error}\nA PostgreSQL or MariaDB database is backed up at this release's schema "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +28,10 @@ COPY_CHUNK_ROWS = 1000
 
 class CopyRefused(RuntimeError):
     """The copy was not done (or was rolled back); the message says why."""
+
+
+class CopyStopped(CopyRefused):
+    """The copy was asked to stop before it finished (its process is stopping); rolled back."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +117,12 @@ def _snapshot(engine: Engine) -> Connection:
     return connection
 
 
-def copy_database(source_url: str, target_url: str) -> CopyReport:
-    """Copy every row from ``source_url`` to the empty, migrated ``target_url``."""
+def copy_database(source_url: str, target_url: str,
+                  stop: threading.Event | None = None) -> CopyReport:
+    """Copy every row from ``source_url`` to the empty, migrated ``target_url``.
+
+    Once ``stop`` is set the copy ends at its next chunk of rows, raising :class:`CopyStopped`
+    with nothing committed: a service that is stopping need not wait for a long copy."""
     source_name, target_name = display_url(source_url), display_url(target_url)
     source, target = make_engine(source_url), make_engine(target_url)
     try:
@@ -130,6 +139,9 @@ def copy_database(source_url: str, target_url: str) -> CopyReport:
                 copied.table(table.name)
                 counts[table.name] = 0
                 for chunk in _chunks(out_of, table):
+                    if stop is not None and stop.is_set():
+                        raise CopyStopped(f"The copy from {source_name} was stopped; nothing "
+                                          "was copied.")
                     chunk = [
                         {column: _fit(value, whole_seconds) for column, value in row.items()}
                         for row in chunk

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,6 +27,7 @@ from ..core.backups import (
     unfinished,
 )
 from ..db.backup import BackupReport, backup_database
+from ..db.copy import CopyStopped
 from ..db.locks import DatabaseLock
 from ..executor import in_executor
 
@@ -79,6 +81,8 @@ class ScheduledBackups(LoggingConfigurable):
         self._task: asyncio.Task | None = None
         # a thread of its own: a long backup never holds up the database work of requests
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="gpubooking-backup")
+        # set by stop(): a backup being written ends at its next chunk of rows
+        self._stopping = threading.Event()
 
     @property
     def folder(self) -> Path:
@@ -95,7 +99,12 @@ class ScheduledBackups(LoggingConfigurable):
             return None  # another process took it meanwhile
         for name in unfinished(names):
             (self.folder / name).unlink(missing_ok=True)
-        report = backup_database(self.db_url, self.folder / backup_name(now))
+        try:
+            report = backup_database(self.db_url, self.folder / backup_name(now), self._stopping)
+        except CopyStopped:
+            self.log.info("Backup into %s stopped with the service; the next start takes it",
+                          self.folder)
+            return None
         for name in backups_to_delete(self._names(), self.keep):
             try:
                 (self.folder / name).unlink(missing_ok=True)
@@ -157,6 +166,8 @@ class ScheduledBackups(LoggingConfigurable):
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        # a backup being written finishes (the process exits after it) or, killed, leaves a
-        # .partial file the next backup clears
+        # a backup being written stops at its next chunk of rows and removes its partial file
+        # (the process exits when that thread has ended); killed, it leaves a .partial file
+        # the next backup clears
+        self._stopping.set()
         self._writer.shutdown(wait=False)

@@ -195,7 +195,7 @@ def test_an_interrupted_backup_leaves_no_file(db_url, pools, tmp_path, monkeypat
     fill(db_url, pools)
     from jhub_gpubooking.db import backup
 
-    def interrupted(source, target):
+    def interrupted(source, target, stop):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(backup, "copy_database", interrupted)

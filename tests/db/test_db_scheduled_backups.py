@@ -1,6 +1,7 @@
 """``c.ScheduledBackups`` on every backend: a backup when one is due (read from the folder, so
 a restart takes none early), the newest ``keep`` kept and nothing else deleted, a failure
-logged, counted and tried again later, one process at a time backing a shared database up."""
+logged, counted and tried again later, one process at a time backing a shared database up, a
+backup cut short by the service stopping."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from db_test_times import NOW, at
 
 from jhub_gpubooking.core.backups import backup_name
+from jhub_gpubooking.db import backup, copy
 from jhub_gpubooking.service.backups import ScheduledBackups
 from jhub_gpubooking.service.metrics import ServiceMetrics
 
@@ -114,3 +116,36 @@ async def test_one_process_at_a_time_backs_a_shared_database_up(make_backups, tm
     finally:
         first.lock.release()
     assert (await second.run_once(NOW) is not None) == shared
+
+
+async def test_a_backup_under_way_ends_when_the_service_stops_and_leaves_nothing(
+    store, make_backups, tmp_path, monkeypatch, caplog
+):
+    """The service stops (SIGTERM) while its backup is being written: the copy of a server
+    database ends at its next chunk of rows, SQLite's one-step copy is not checked and kept,
+    and no file or partial file is left; the process need not wait for a long copy to end."""
+    for hour in range(3):
+        store.create("ada", "a100", 1, at(10 + hour), at(11 + hour))
+    folder = tmp_path / "backups"
+    backups = make_backups()
+    read_chunks, online_backup, chunks_read = copy._chunks, backup._sqlite_online_backup, []
+    monkeypatch.setattr(copy, "COPY_CHUNK_ROWS", 1)
+
+    def chunks_stopping(connection, table):
+        for chunk in read_chunks(connection, table):
+            chunks_read.append(table.name)
+            backups.stop()  # SIGTERM arrives while the first chunk is read
+            yield chunk
+
+    def online_backup_stopping(*args):
+        online_backup(*args)
+        backups.stop()
+
+    monkeypatch.setattr(copy, "_chunks", chunks_stopping)
+    monkeypatch.setattr(backup, "_sqlite_online_backup", online_backup_stopping)
+    with caplog.at_level(logging.INFO):
+        assert await backups.run_once(NOW) is None
+    assert listing(folder) == []
+    assert len(chunks_read) <= 1  # none on SQLite; a server database's copy ended at once
+    assert f"Backup into {folder} stopped with the service" in caplog.text
+    assert not sample(backups, "gpubooking_backup_failures_total")
