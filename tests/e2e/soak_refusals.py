@@ -3,7 +3,8 @@ join the waitlist, book in one click the next free slot the refusal names (as th
 offers), or give up.
 
 The service promises that the next free slot is exactly what booking it would get right now
-(jhub_gpubooking/core/next_free.py). The walk books it at once, so a refusal of it must be
+(jhub_gpubooking/core/next_free.py), and ``GET api/pools/{name}/next-free`` answers the same.
+The walk asks that, then books the slot at once, so a different answer or a refusal must be
 explained by what changed in between without the walk: the service itself made or changed a
 booking (its waitlist booked a wait, say), or the running slot the interval began in passed.
 Anything else fails the walk.
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 JOIN_WAITLIST, TAKE_NEXT_FREE = 0.5, 0.3
 #: the invariant's name in the walk's table of checks
 NEXT_FREE_CHECK = "a refusal's next free slot is bookable"
+NEXT_FREE_AGREES = "next-free answers what a refusal names"
 
 
 class Refused:
@@ -65,6 +67,7 @@ class Refused:
                               "earlier than the start asked for")
         # when the refused request went out: a change by the service since explains a refusal
         refused_at = datetime.now(timezone.utc) - refusal.elapsed
+        self.ask_next_free(request, named, refused_at)
         response = self.walk.driver.booking.post(
             "bookings", json={**request, "start": format_time(start), "end": format_time(end)})
         outcome = self.walk.answered(response, {
@@ -79,6 +82,20 @@ class Refused:
             raise SoakFailure(f"the next free slot {named} of refused {request} was refused as "
                               f"passed in the slot it was named in: {response.text[:300]}")
         return outcome
+
+    def ask_next_free(self, request: dict, named: dict, refused_at: datetime) -> None:
+        """``GET api/pools/{name}/next-free`` must name the refusal's slot (one rule, two ways
+        to ask), unless the service changed a booking or the running slot passed since."""
+        minutes = (parse_time(request["end"]) - parse_time(request["start"])) // timedelta(minutes=1)
+        answer = self.walk.get(self.walk.driver.booking, f"pools/{request['pool']}/next-free",
+                               params={"gpus": request["gpus"], "minutes": minutes,
+                                       "after": request["start"]})
+        self.walk.checker.checks[NEXT_FREE_AGREES] += 1
+        if ((answer["start"], answer["end"]) != (named["start"], named["end"])
+                and floor_to_grid(datetime.now(timezone.utc), 1) == floor_to_grid(refused_at, 1)
+                and not self.service_changed_since(refused_at)):
+            raise SoakFailure(f"the refusal of {request} named {named}, but api/pools/"
+                              f"{request['pool']}/next-free answers {answer}")
 
     def service_changed_since(self, moment: datetime) -> bool:
         """Whether some booking was made or changed at ``moment`` or later: the walk made none
