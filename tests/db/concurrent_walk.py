@@ -188,10 +188,17 @@ class ConcurrentWalk:
             new_end = booking.end + SLOT * chooser.choice([-1, 1, 2])
             self._attempt(user, kind, lambda: store.change_end(
                 booking.id, new_end, user, groups=groups))
-        elif kind == "claim" and active:
-            booking = chooser.choice(active)
-            self._attempt(user, kind, lambda: store.claim(
-                booking.id, f"{user}/gpu", is_running=lambda server: False))
+        elif kind == "claim":
+            # without an active booking the user books now to start a server on it, so claims
+            # happen however the threads interleave (other threads end and release bookings)
+            booking = chooser.choice(active) if active else self._attempt(
+                user, "create", lambda: store.create(
+                    user, pool, amount, floor_to_grid(now, store.slot_minutes),
+                    floor_to_grid(now, store.slot_minutes) + (end - start), groups=groups,
+                    actor=user))
+            if booking is not None:
+                self._attempt(user, kind, lambda: store.claim(
+                    booking.id, f"{user}/gpu", is_running=lambda server: False))
         elif kind == "release" and active:
             booking = chooser.choice(active)
             self._attempt(user, kind, lambda: store.release(booking.id, f"{user}/gpu"))
