@@ -60,6 +60,16 @@ def slot_floor(when: datetime) -> datetime:
     return when.replace(minute=when.minute - when.minute % 15, second=0, microsecond=0)
 
 
+
+#: Counts the click events the page receives from now on (window.gbWalkClicks).
+CLICKS_COUNTED = """() => {
+  window.gbWalkClicks = 0;
+  if (!window.gbWalkCounting) {
+    document.addEventListener("click", () => { window.gbWalkClicks += 1; }, true);
+    window.gbWalkCounting = true;
+  }
+}"""
+
 class PageWalk:
     """A walk of one user's page: ``ACTIONS`` (name -> step, which says what happened),
     ``STATE`` (a script reading what the page shows) and ``expected`` (the same from the API)."""
@@ -145,7 +155,14 @@ class PageWalk:
         """Click ``button`` (a locator); (kind, text) of what the page then says in the alert
         ``box`` ("success" or "danger"), once the action has settled."""
         self.page.evaluate(f"() => document.querySelector('#{box}').classList.add('d-none')")
-        button.click()
+        for _attempt in range(2):
+            # the page redraws its tables every second here: a redraw between the mouse's down
+            # and up replaces the button, and no click event fires at all (nothing ran, so the
+            # student clicks again); a click that fired is never repeated
+            self.page.evaluate(CLICKS_COUNTED)
+            button.click()
+            if self.page.evaluate("() => window.gbWalkClicks") > 0:
+                break
         self.settle()
         alert = self.page.locator(f"#{box}")
         alert.wait_for(state="visible")
