@@ -191,11 +191,11 @@ class ConcurrentWalk:
         elif kind == "claim":
             # without an active booking the user books now to start a server on it, so claims
             # happen however the threads interleave (other threads end and release bookings)
+            running_slot = floor_to_grid(now, store.slot_minutes)
             booking = chooser.choice(active) if active else self._attempt(
                 user, "create", lambda: store.create(
-                    user, pool, amount, floor_to_grid(now, store.slot_minutes),
-                    floor_to_grid(now, store.slot_minutes) + (end - start), groups=groups,
-                    actor=user))
+                    user, pool, amount, running_slot, running_slot + (end - start),
+                    groups=groups, actor=user))
             if booking is not None:
                 self._attempt(user, kind, lambda: store.claim(
                     booking.id, f"{user}/gpu", is_running=lambda server: False))

@@ -5,13 +5,13 @@ cluster running real jupyterhub-singleuser processes), with every invariant of
 
 Actions: book (a refused user may join the waitlist or book the next free slot, see
 soak_refusals.py), withdraw a wait, extend, shorten, end now, cancel, take an offer to start
-early; an admin's maintenance windows (added, their
-collisions cleared, removed) and backups of the database (soak_backup.py); start and stop
-default and named servers on CPU and GPU profiles; pods made outside the Hub in gated
-namespaces (the service's admission webhook, see soak_pods.py); restarts of the booking
-service and of the Hub in the middle of the walk, and, with the service on a private
-PostgreSQL or MariaDB server, outages of its database (soak_outage.py); pauses, so bookings
-start and end on the one-minute grid of the fast lifecycle clock.
+early; an admin's maintenance windows (added, their collisions cleared, removed) and backups
+of the database (soak_backup.py); start and stop default and named servers on CPU and GPU
+profiles; pods made outside the Hub in gated namespaces (the service's admission webhook, see
+soak_pods.py); restarts of the booking service and of the Hub in the middle of the walk, and,
+with the service on a private PostgreSQL or MariaDB server, outages of its database
+(soak_outage.py); pauses, so bookings start and end on the one-minute grid of the fast
+lifecycle clock.
 
 The seed fixes every choice the walk makes from what it sees; the live stack's timing still
 varies from run to run. Run it longer than CI does with::

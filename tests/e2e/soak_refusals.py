@@ -30,6 +30,11 @@ NEXT_FREE_CHECK = "a refusal's next free slot is bookable"
 NEXT_FREE_AGREES = "next-free answers what a refusal names"
 
 
+def slot_passed_since(moment: datetime) -> bool:
+    """Whether the running slot of the walk's one-minute grid changed since ``moment``."""
+    return floor_to_grid(datetime.now(timezone.utc), 1) != floor_to_grid(moment, 1)
+
+
 class Refused:
     """Acts for a user refused for capacity, and checks what the service answers."""
 
@@ -77,8 +82,7 @@ class Refused:
         if response.status_code == 409 and not self.service_changed_since(refused_at):
             raise SoakFailure(f"the next free slot {named} of refused {request} was refused at "
                               f"once, with no change by the service: {response.text[:300]}")
-        same_slot = floor_to_grid(datetime.now(timezone.utc), 1) == floor_to_grid(refused_at, 1)
-        if response.status_code == 400 and same_slot:
+        if response.status_code == 400 and not slot_passed_since(refused_at):
             raise SoakFailure(f"the next free slot {named} of refused {request} was refused as "
                               f"passed in the slot it was named in: {response.text[:300]}")
         return outcome
@@ -92,7 +96,7 @@ class Refused:
                                        "after": request["start"]})
         self.walk.checker.checks[NEXT_FREE_AGREES] += 1
         if ((answer["start"], answer["end"]) != (named["start"], named["end"])
-                and floor_to_grid(datetime.now(timezone.utc), 1) == floor_to_grid(refused_at, 1)
+                and not slot_passed_since(refused_at)
                 and not self.service_changed_since(refused_at)):
             raise SoakFailure(f"the refusal of {request} named {named}, but api/pools/"
                               f"{request['pool']}/next-free answers {answer}")

@@ -60,7 +60,6 @@ def slot_floor(when: datetime) -> datetime:
     return when.replace(minute=when.minute - when.minute % 15, second=0, microsecond=0)
 
 
-
 #: Counts the click events the page receives from now on (window.gbWalkClicks).
 CLICKS_COUNTED = """() => {
   window.gbWalkClicks = 0;
@@ -69,6 +68,7 @@ CLICKS_COUNTED = """() => {
     window.gbWalkCounting = true;
   }
 }"""
+
 
 class PageWalk:
     """A walk of one user's page: ``ACTIONS`` (name -> step, which says what happened),
