@@ -59,6 +59,12 @@ def test_a_late_answer_of_an_earlier_list_is_not_mixed_into_the_table(hub, conte
 def test_the_timeline_shows_the_range_chosen_last(hub, context):
     page = open_page(context, hub, "ada")
     assert page.input_value("#gb-range") == "7"
+    # three days first (ticks every 6 hours): the timeline draws again only what differs from
+    # what it shows, so the seven days answered below must differ from it
+    page.select_option("#gb-range", "3")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#gb-timeline .gb-tick')].some((t) => t.textContent.includes(':'))"
+    )
     held = HeldRequests(page, "/availability?")
     page.select_option("#gb-range", "1")
     held.wait_for(len(PAGE_POOLS))

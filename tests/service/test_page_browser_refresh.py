@@ -29,6 +29,7 @@ from page_browser import (
     log_in,
     open_page,
     start_page_hub,
+    utc,
 )
 
 from jhub_gpubooking.db.session import DATABASE_UNAVAILABLE_MESSAGE
@@ -235,3 +236,70 @@ def test_when_the_login_runs_out_the_page_says_so_and_reloads_through_the_login(
     log_in(page, hub, "bob")
     page.wait_for_timeout(SETTLED_MS)
     expect(error).to_be_hidden()
+
+
+def test_a_refresh_that_finds_nothing_new_draws_nothing_again(hub, context):
+    # bob's booking later today (first on his list) and his wait for a window the admin fills
+    today = datetime.now(timezone.utc).replace(second=0, microsecond=0) + timedelta(hours=3)
+    today -= timedelta(minutes=today.minute % 15)
+    booked = book_through_api(hub, "bob", "a100", 1, today, today + timedelta(hours=1))["id"]
+    start, end = windows.next()
+    for _ in range(2):  # both a100 nodes
+        book_through_api(hub, "admin", "a100", 2, start, end)
+    body = {"pool": "a100", "gpus": 1, "start": utc(start), "end": utc(end)}
+    wait = hub.api(hub.user_token("bob")).post("api/waits", json=body).json()
+    assert wait["state"] == "waiting", wait
+
+    page = open_page(context, hub, "bob")
+    cancel = page.get_by_role("button", name=re.compile(rf"^Cancel booking {booked} "))
+    withdraw = page.get_by_role("button", name=f"Withdraw wait {wait['id']}")
+    segment = page.locator(".gb-pool-row[data-pool] .gb-seg").first
+    for shown in (cancel, withdraw, segment):
+        shown.evaluate("(node) => { node.gbDrawnBefore = true; }")
+    withdraw.focus()  # a keyboard user about to press it
+    slot_before = floor_slot()
+    asked = ApiRequests(page)
+    # three whole refreshes: one runs at a time, so the fourth begins after the third drew
+    until_refreshes(page, asked, "bob", 4)
+
+    # the very elements are still there: a press whose mouse-up came now would still reach them
+    assert cancel.evaluate("(node) => node.gbDrawnBefore === true")
+    assert withdraw.evaluate("(node) => node.gbDrawnBefore === true && node === document.activeElement")
+    if floor_slot() == slot_before:  # the timeline moves on with each new slot
+        assert segment.evaluate("(node) => node.gbDrawnBefore === true")
+
+    # something new in "My bookings": that table is drawn again, the waits (unchanged) are not
+    added = book_through_api(hub, "bob", "a100", 1, today + timedelta(hours=1), today + timedelta(hours=2))["id"]
+    expect(row(page, added)).to_have_count(1)
+    assert cancel.evaluate("(node) => node.gbDrawnBefore === undefined")
+    assert withdraw.evaluate("(node) => node.gbDrawnBefore === true")
+
+
+def test_the_admin_tables_are_drawn_again_only_when_they_changed(hub, context):
+    book_through_api(hub, "ada", "a100", 1, *windows.next())
+    page = open_page(context, hub, "admin")
+    first = page.locator("#gb-all-bookings tr[data-booking-id]").first
+    expect(first).to_be_visible()
+    shown = int(first.get_attribute("data-booking-id"))
+    force = first.get_by_role("button").first  # "Force end now" or "Force cancel"
+    force.evaluate("(node) => { node.gbDrawnBefore = true; }")
+    asked = ApiRequests(page)
+    until_refreshes(page, asked, "admin", 4)
+    assert force.evaluate("(node) => node.gbDrawnBefore === true")
+
+    # that booking ends elsewhere: the table is drawn again without it
+    assert hub.api(hub.user_token("admin")).delete(f"api/bookings/{shown}").status_code == 200
+    expect(page.locator(f'#gb-all-bookings tr[data-booking-id="{shown}"]')).to_have_count(0)
+
+
+def until_refreshes(page, asked: ApiRequests, user: str, count: int, timeout_seconds: float = 30) -> None:
+    """Until ``count`` refreshes have asked for ``user``'s bookings since ``asked`` began."""
+    deadline = time.monotonic() + timeout_seconds
+    while sum(f"/api/bookings?user={user}" in url for url in asked.urls) < count:
+        assert time.monotonic() < deadline, f"the page stopped refreshing: {asked.urls[-5:]}"
+        page.wait_for_timeout(100)
+
+
+def floor_slot() -> datetime:
+    now = datetime.now(timezone.utc)
+    return now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0)

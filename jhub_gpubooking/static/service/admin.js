@@ -4,8 +4,8 @@
 // the API; this shows its answers and refusals.
 
 import {
-  $, ACTIVE_STATES, HOUR_MS, NewestLoad, PagedList, api, byStart, config, el, floorSlot, formatSpan, formatTime,
-  fromLocalInput, oneAtATime, parseUtc, plural, snapInput, toLocalInput, toUtcIso,
+  $, ACTIVE_STATES, HOUR_MS, NewestLoad, PagedList, api, byStart, config, drawUnlessShown, el, floorSlot, formatSpan,
+  formatTime, fromLocalInput, oneAtATime, parseUtc, plural, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { act, page, poolName, showAlert, showLoadError } from "./page.js";
 import { listWindow, moreButton, renderBookingTable } from "./tables.js";
@@ -24,8 +24,9 @@ async function loadListedSection(load, path, key, containerId, heading, sentence
   const isNewest = load.begin();
   const list = (await api("GET", path))[key];
   if (!isNewest()) return;
-  $(containerId).replaceChildren(...(list.length ? [el("h3", { class: "h5" }, heading),
-    el("p", { class: "small text-body-secondary" }, sentence), render(list)] : []));
+  drawUnlessShown($(containerId), list, () => $(containerId).replaceChildren(...(list.length
+    ? [el("h3", { class: "h5" }, heading), el("p", { class: "small text-body-secondary" }, sentence), render(list)]
+    : [])));
 }
 
 /** Bookings the pools can no longer hold (a pool removed from the config, a node or GPUs gone),
@@ -111,16 +112,22 @@ async function loadAdmin(keepPages = false) {
 
 function renderAllBookings() {
   const showPast = $("gb-all-show-past").checked;
-  renderBookingTable($("gb-all-bookings"), [...allBookings.items].sort(byStart).filter((b) => showPast || ACTIVE_STATES.has(b.state)), {
-    showUser: true, cancelLabel: "Force cancel", box: $("gb-admin-feedback"),
-    caption: "All bookings", emptyText: "No upcoming or active bookings.",
+  const shown = [...allBookings.items].sort(byStart).filter((b) => showPast || ACTIVE_STATES.has(b.state));
+  drawUnlessShown($("gb-all-bookings"), { shown, more: allBookings.hasMore }, () => {
+    renderBookingTable($("gb-all-bookings"), shown, {
+      showUser: true, cancelLabel: "Force cancel", box: $("gb-admin-feedback"),
+      caption: "All bookings", emptyText: "No upcoming or active bookings.",
+    });
+    $("gb-all-bookings").append(moreButton(allBookings, "Show more bookings", renderAllBookings) ?? "");
   });
-  $("gb-all-bookings").append(moreButton(allBookings, "Show more bookings", renderAllBookings) ?? "");
 }
 
 function renderMaintenance() {
-  renderMaintenanceTable(maintenanceWindows.items);
-  $("gb-maintenance-list").append(moreButton(maintenanceWindows, "Show more maintenance windows", renderMaintenance) ?? "");
+  const shown = { windows: maintenanceWindows.items, more: maintenanceWindows.hasMore };
+  drawUnlessShown($("gb-maintenance-list"), shown, () => {
+    renderMaintenanceTable(maintenanceWindows.items);
+    $("gb-maintenance-list").append(moreButton(maintenanceWindows, "Show more maintenance windows", renderMaintenance) ?? "");
+  });
 }
 
 function renderMaintenanceTable(windows) {

@@ -4,8 +4,8 @@
 // refusal messages as they are, next to the control that caused them.
 
 import {
-  $, ACTIVE_STATES, DAY_MS, HOUR_MS, NewestLoad, PagedList, SLOT_MS, amountChoices, api, byStart, config, el, floorSlot,
-  formatGpus, formatSpan, fromLocalInput, isActing, keepFresh, oneAtATime, parseUtc, plural, snapInput,
+  $, ACTIVE_STATES, DAY_MS, HOUR_MS, NewestLoad, PagedList, SLOT_MS, amountChoices, api, byStart, config,
+  drawUnlessShown, el, floorSlot, formatGpus, formatSpan, fromLocalInput, isActing, keepFresh, oneAtATime, parseUtc, plural, snapInput,
   toLocalInput, toUtcIso,
 } from "./common.js";
 import { refreshAdmin, wireAdmin } from "./admin.js";
@@ -47,10 +47,10 @@ async function loadTimeline(mayDraw = () => true) {
   const availabilities = await Promise.all(page.pools.map(
     (pool) => api("GET", `pools/${encodeURIComponent(pool.name)}/availability?${query}`)));
   if (!isNewest() || !mayDraw()) return; // another range chosen, or the user now works in it
-  renderTimeline($("gb-timeline"), {
+  drawUnlessShown($("gb-timeline"), { availabilities, myBookings, range }, () => renderTimeline($("gb-timeline"), {
     pools: page.pools, availabilities, myBookings, range,
     detail: $("gb-timeline-detail"), onChoose: chooseStretch,
-  });
+  }));
 }
 
 // ---------------------------------------------------------------- booking form
@@ -142,11 +142,14 @@ async function loadMyBookings(keepPages = false) {
 function renderMyBookings() {
   const showPast = $("gb-mine-show-past").checked;
   myBookings = [...mine.items].sort(byStart);
-  renderBookingTable($("gb-my-bookings"), myBookings.filter((b) => showPast || ACTIVE_STATES.has(b.state)), {
-    showUser: false, cancelLabel: "Cancel", box: $("gb-mine-feedback"),
-    caption: "My bookings", emptyText: "You have no upcoming or active bookings.",
+  const shown = myBookings.filter((b) => showPast || ACTIVE_STATES.has(b.state));
+  drawUnlessShown($("gb-my-bookings"), { shown, more: mine.hasMore }, () => {
+    renderBookingTable($("gb-my-bookings"), shown, {
+      showUser: false, cancelLabel: "Cancel", box: $("gb-mine-feedback"),
+      caption: "My bookings", emptyText: "You have no upcoming or active bookings.",
+    });
+    $("gb-my-bookings").append(moreButton(mine, "Show more of my bookings", renderMyBookings) ?? "");
   });
-  $("gb-my-bookings").append(moreButton(mine, "Show more of my bookings", renderMyBookings) ?? "");
 }
 
 // ---------------------------------------------------------------- calendar feed

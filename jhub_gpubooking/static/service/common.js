@@ -126,6 +126,22 @@ export function keepFresh(refresh, { seconds, isBusy }) {
   });
 }
 
+// ---------------------------------------------------------------- redraws
+
+const drawnFrom = new WeakMap();
+
+/** Draw `container` with `draw()` unless it already shows `shown` (the data it is drawn from,
+ * compared as JSON). A refresh that finds nothing new leaves the view alone: redrawn, its
+ * buttons would be replaced under the user. A click whose mouse-down and mouse-up fall on either
+ * side of a redraw reaches neither button, so the action is lost; a keyboard user's focus goes
+ * with the button too. */
+export function drawUnlessShown(container, shown, draw) {
+  const key = JSON.stringify(shown);
+  if (drawnFrom.get(container) === key) return;
+  draw();
+  drawnFrom.set(container, key);
+}
+
 // ---------------------------------------------------------------- paged lists
 
 /** A list the API pages (`limit` + `cursor`): the items loaded so far and the next cursor. */

@@ -3,8 +3,8 @@
 // this only shows its answers and refusals.
 
 import {
-  HOUR_MS, NewestLoad, SLOT_MS, api, config, el, formatGpus, formatSpan, formatTime, fromLocalInput, parseUtc,
-  oneAtATime, snapInput, toLocalInput, toUtcIso,
+  HOUR_MS, NewestLoad, SLOT_MS, api, config, drawUnlessShown, el, formatGpus, formatSpan, formatTime, fromLocalInput,
+  parseUtc, oneAtATime, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { act, poolName, slicesOf } from "./page.js";
 
@@ -64,6 +64,10 @@ export async function loadMyWaits(box) {
   const isNewest = waitLoads.begin();
   const { waits } = await api("GET", `waits?${new URLSearchParams({ user: config.user, state: "waiting" })}`);
   if (!isNewest()) return;
+  drawUnlessShown(container, waits, () => drawWaits(container, waits, box));
+}
+
+function drawWaits(container, waits, box) {
   if (!waits.length) {
     container.replaceChildren();
     return;
