@@ -120,9 +120,9 @@ class BookingClient:
             {"user": user, "server": server, "booking": booking_id},
         )
 
-    async def release(self, booking_id: int, server: str) -> dict:
+    async def release(self, booking_id: int, user: str, server: str) -> dict:
         return await self._request(
-            "POST", f"api/bookings/{int(booking_id)}/release", {"server": server}
+            "POST", f"api/bookings/{int(booking_id)}/release", {"user": user, "server": server}
         )
 
     async def extension(self, booking_id: int) -> dict:

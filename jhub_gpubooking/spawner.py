@@ -527,7 +527,7 @@ class GPUBookingSpawner(KubeSpawner):
         if booking_id is None:
             return
         try:
-            await self._booking_client().release(booking_id, self.name)
+            await self._booking_client().release(booking_id, self.user.name, self.name)
         except (BookingServiceUnavailable, BookingRefused) as error:
             self.log.warning(
                 "Could not release booking %s of %s: %s", booking_id, self._log_name, error

@@ -462,11 +462,12 @@ class BookingStore:
                 raise Conflict(f"This booking is already in use by server '{taken_from}'.")
             return booking_from_row(work.bind(row, server))
 
-    def release(self, booking_id: int, server: str) -> Booking:
-        """Unbind ``server`` from the booking; a server that does not hold it changes nothing."""
+    def release(self, booking_id: int, server: str, user: str | None = None) -> Booking:
+        """Unbind ``server`` (of ``user``, when given) from the booking; a server that does not
+        hold it, or another user's server of the same name, changes nothing."""
         with self.unit_of_work() as work:
             row = work.lock_booking(booking_id)
-            if row.server == server:
+            if row.server == server and user in (None, row.user):
                 self._unbind(work, row, row.user, "released")
             return booking_from_row(row)
 

@@ -20,7 +20,7 @@ from ..core.errors import NotFound
 from ..core.model import Booking, BookingState, checked_text, parse_amount
 from ..core.timegrid import ceil_to_grid, floor_to_grid, parse_time
 from ..db.next_free import next_free
-from .base import AUTHENTICATION_REQUIRED, BaseHandler, Principal, refusal
+from .base import AUTHENTICATION_REQUIRED, BaseHandler, Principal, checked_user, refusal
 from .claims import IN_USE, POOL_UNKNOWN, PoolClaimRefused, claim_in_pool, holder_check
 from .serialize import (
     availability_json,
@@ -215,9 +215,7 @@ class BookingsHandler(APIHandler):
         body = self.json_body(
             {"pool", "gpus", "start", "end", "note", "user"}, ("pool", "gpus", "start", "end")
         )
-        user = body.get("user", principal.name if principal.is_user else None)
-        if not isinstance(user, str) or not user:
-            raise refusal(400, "'user' must be a Hub user name.")
+        user = checked_user(body.get("user", principal.name if principal.is_user else None))
         if not principal.may_act_for(user):
             raise refusal(403, "Only booking administrators may book for another user.")
         note = checked_text(body.get("note", ""), "note")
@@ -321,12 +319,15 @@ class ClaimHandler(APIHandler):
 
     action = "claim"
 
-    def server_name(self) -> str:
+    def require_spawner_or_admin(self) -> None:
         principal = self.require_principal()
         if not (principal.is_spawner or principal.is_admin):
             raise refusal(
                 403, f"Only the Hub's spawner or an administrator may {self.action} bookings."
             )
+
+    def server_name(self) -> str:
+        self.require_spawner_or_admin()
         return checked_server(self.json_body({"server"}, ("server",))["server"])
 
     async def post(self, booking_id: str) -> None:
@@ -349,9 +350,8 @@ class PoolClaimHandler(APIHandler):
         if not (principal.is_spawner or principal.is_admin):
             raise refusal(403, "Only the Hub's spawner or an administrator may claim bookings.")
         body = self.json_body({"user", "server", "booking"}, ("user", "server"))
-        user, server, chosen = body["user"], checked_server(body["server"]), body.get("booking")
-        if not isinstance(user, str) or not user:
-            raise refusal(400, "'user' must be a Hub user name.")
+        user, server = checked_user(body["user"]), checked_server(body["server"])
+        chosen = body.get("booking")
         if chosen is not None and not (
             type(chosen) is int and 0 <= chosen <= MAX_ROW_ID  # a bool is no id
         ):
@@ -375,12 +375,20 @@ class PoolClaimHandler(APIHandler):
 
 
 class ReleaseHandler(ClaimHandler):
+    """A server gives its booking back. The body names the server's user too: the server name
+    alone ("" for every user's default server) would let a spawner whose stored booking id now
+    belongs to someone else (a database restored from a backup hands out the lost bookings'
+    ids again) unbind that other user's server. Older spawners send the server only."""
+
     action = "release"
 
     async def post(self, booking_id: str) -> None:
-        server = self.server_name()
+        self.require_spawner_or_admin()
+        body = self.json_body({"server", "user"}, ("server",))
+        server = checked_server(body["server"])
+        user = checked_user(body["user"]) if "user" in body else None
         booking = await self.readable_booking(booking_id)
-        released = await self.run_in_executor(self.store.release, booking.id, server)
+        released = await self.run_in_executor(self.store.release, booking.id, server, user)
         self.write_json(self.booking_model(released))
 
 

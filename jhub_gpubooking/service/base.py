@@ -49,6 +49,13 @@ def refusal(status: int, message: str, retry_after: int | None = None) -> web.HT
     return error
 
 
+def checked_user(value: Any) -> str:
+    """The Hub user name a request body names (``user``)."""
+    if not isinstance(value, str) or not value:
+        raise refusal(400, "'user' must be a Hub user name.")
+    return value
+
+
 async def hub_user_model(api_url: str, token: str, user: str) -> dict | None:
     """The Hub's model of ``user`` (groups, servers), None if the Hub has no such user.
 

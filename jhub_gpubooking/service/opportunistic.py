@@ -20,7 +20,7 @@ from ..core.timegrid import format_time
 from ..db.opportunistic import OpportunisticBookings
 from ..executor import in_executor
 from .api import APIHandler
-from .base import refusal
+from .base import checked_user, refusal
 from .create_queue import CreateQueue
 
 
@@ -127,8 +127,7 @@ class OpportunisticHandler(APIHandler):
             raise refusal(403, "GPUs cannot be used without a booking on this hub.")
         body = self.json_body({"user", "pool", "gpus"}, ("user", "pool"))
         user, pool = body["user"], body["pool"]
-        if not isinstance(user, str) or not user:
-            raise refusal(400, "'user' must be a Hub user name.")
+        checked_user(user)
         if not isinstance(pool, str):
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         self.pool_or_404(pool)

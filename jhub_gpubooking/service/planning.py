@@ -19,7 +19,7 @@ from ..core.timegrid import parse_time
 from ..db.budgets import BudgetBook, budgets_of_user
 from ..db.series import SeriesRefused, cancel_series, create_series, get_series
 from .api import APIHandler, row_id
-from .base import refusal
+from .base import checked_user, refusal
 
 
 class Budgets(LoggingConfigurable):
@@ -110,9 +110,7 @@ class SeriesListHandler(APIHandler):
              "time_zone"},
             ("pool", "gpus", "start", "end", "repeat"),
         )
-        user = body.get("user", principal.name if principal.is_user else None)
-        if not isinstance(user, str) or not user:
-            raise refusal(400, "'user' must be a Hub user name.")
+        user = checked_user(body.get("user", principal.name if principal.is_user else None))
         if not principal.may_act_for(user):
             raise refusal(403, "Only booking administrators may book for another user.")
         allowed = self.service.series.series_groups

@@ -25,7 +25,7 @@ from ..db.session import unavailable_reason
 from ..db.waitlist import WaitStore
 from ..executor import in_executor
 from .api import APIHandler, row_id
-from .base import refusal
+from .base import checked_user, refusal
 
 
 class Waitlist(LoggingConfigurable):
@@ -133,9 +133,7 @@ class WaitsHandler(APIHandler):
             raise refusal(403, "This hub has no waitlist.")
         body = self.json_body({"pool", "gpus", "start", "end", "window_end", "note", "user"},
                               ("pool", "gpus", "start", "end"))
-        user = body.get("user", principal.name if principal.is_user else None)
-        if not isinstance(user, str) or not user:
-            raise refusal(400, "'user' must be a Hub user name.")
+        user = checked_user(body.get("user", principal.name if principal.is_user else None))
         if not principal.may_act_for(user):
             raise refusal(403, "Only booking administrators may add another user's request.")
         if not isinstance(body["pool"], str):

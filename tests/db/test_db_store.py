@@ -276,9 +276,11 @@ def test_claim_release_and_takeover(store):
     assert asked == [""]
     taken = store.claim(booking.id, "gpu", is_running=lambda server: False)
     assert taken.server == "gpu"
-    # a release by a server that does not hold the booking changes nothing
+    # a release by a server that does not hold the booking changes nothing, nor does one by
+    # another user's server of the same name
     assert store.release(booking.id, "").server == "gpu"
-    assert store.release(booking.id, "gpu").server is None
+    assert store.release(booking.id, "gpu", "bob").server == "gpu"
+    assert store.release(booking.id, "gpu", "alice").server is None
     events = store.history(booking.id)
     assert [(e.kind, e.detail) for e in events][1:] == [
         ("claimed", {"server": "", "taken_over_from": None}),

@@ -331,6 +331,20 @@ def test_claim_takes_over_from_a_server_the_hub_reports_stopped(hub):
     )
 
 
+def test_a_release_naming_another_user_leaves_the_booking_claimed(hub):
+    # after a restore from a backup, ids of lost bookings are handed out again: a spawner
+    # holding such an id for ada's default server must not release bob's default server
+    booking = book_now(hub, "bob")
+    spawner = client(hub, SPAWNER)
+    assert spawner.post(f"api/bookings/{booking['id']}/claim", json={"server": ""}).status_code == 200
+    path = f"api/bookings/{booking['id']}/release"
+    kept = spawner.post(path, json={"user": "ada", "server": ""})
+    assert kept.status_code == 200 and kept.json()["server"] == ""
+    assert "'user' must be a Hub user name." in error(spawner.post(path, json={"user": "", "server": ""}), 400)
+    released = spawner.post(path, json={"user": "bob", "server": ""})
+    assert released.status_code == 200 and released.json()["server"] is None
+
+
 def test_pool_claim_answers_pool_and_booking_or_the_reason(hub):
     booking = book_now(hub, "bob")
     spawner = client(hub, SPAWNER)

@@ -214,7 +214,7 @@ class ReleaseHandler(FakeHandler):
         found = self.service.booking_by_id(int(booking_id))
         if found is None:
             return self.refuse(404, f"Booking {booking_id} does not exist.")
-        if found["server"] == self.body["server"]:
+        if found["server"] == self.body["server"] and self.body.get("user") in (None, found["user"]):
             found["server"] = None
         self.finish(found)
 

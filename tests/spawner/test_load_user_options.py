@@ -282,7 +282,7 @@ async def test_failure_after_claim_releases_the_booking(make_spawner, booking_se
     )
     assert booking_service.claims == [
         pool_claim(),
-        ("/services/gpu-booking/api/bookings/51/release", {"server": ""}),
+        ("/services/gpu-booking/api/bookings/51/release", {"user": "ada", "server": ""}),
     ]
     assert booking_service.active[0]["server"] is None
     assert "gpu_booking_id" not in spawner.get_state()
@@ -366,7 +366,7 @@ async def test_failed_start_gives_the_claim_back(make_spawner, booking_service, 
     spawner._release_after_failed_start(failed_start)
     await spawner._release_task
     assert booking_service.claims[-1] == (
-        "/services/gpu-booking/api/bookings/81/release", {"server": "gpu"}
+        "/services/gpu-booking/api/bookings/81/release", {"user": "ada", "server": "gpu"}
     )
     assert booking_service.active[0]["server"] is None
 
