@@ -356,7 +356,8 @@ class BookingStore:
         groups: Any = (),
         is_admin: bool = False,
     ) -> Booking:
-        """Move a booking's end; an extension must fit on the GPUs the booking already holds."""
+        """Move a booking's end; an extension must fit on the GPUs the booking already holds,
+        which upcoming bookings no server claimed leave for other GPUs if that makes room."""
         end, now = as_utc(end), self.now()
         self._check_on_grid(end, "end")
         with self.unit_of_work() as work:
@@ -364,9 +365,10 @@ class BookingStore:
             work.lock_pools(self.pools_for_rules(work.pool_of(booking_id), groups, is_admin))
             row = work.lock_booking(booking_id)
             booking = booking_from_row(row)
-            work.check_end_change(booking, end, groups, is_admin, now)
+            moves = work.check_end_change(booking, end, groups, is_admin, now)
             if end == booking.end:
                 return booking
+            work.move_all([(move.booking, move.placement) for move in moves])
             work.record(row, actor, "end_changed", old_end=format_time(row.end),
                         new_end=format_time(end))
             row.end = end
@@ -382,7 +384,8 @@ class BookingStore:
 
         change_end's own checks decide, on one read transaction: the shortest extension is
         checked in full; the booking's GPUs are looked at once, up to the horizon (the first
-        moment they are taken bounds the search); then the rules (length, gap to the next
+        moment they are taken bounds the search, or, when upcoming bookings there can move to
+        other GPUs, the latest end they make room for); then the rules (length, gap to the next
         booking, budgets), each of which refuses a later end once it refuses an earlier one, by
         a binary search over grid slots. Read only: nothing is locked, so a change in between
         can still refuse the extension itself.
@@ -405,8 +408,13 @@ class BookingStore:
                 return booking, None, refused.message
             most = max(1, horizon // slot)
             taken_from = checks.taken_from(booking, end_after(most))
-            if taken_from is not None:  # past the first slot, which passed
-                most = (floor_to_grid(taken_from, self.slot_minutes) - first) // slot + 1
+            if taken_from is not None:
+                # as far as moving upcoming bookings off the booking's GPUs makes room
+                fits_until = max(end_after(1), floor_to_grid(taken_from, self.slot_minutes))
+                latest = checks.latest_end_with_room(
+                    checks.extension_room(booking, end_after(most)), fits_until,
+                    end_after(most) + slot)
+                most = (latest - first) // slot + 1
 
             def allowed(slots: int) -> bool:
                 changed = booking.with_changes(end=end_after(slots))

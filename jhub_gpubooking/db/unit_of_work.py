@@ -25,12 +25,12 @@ from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from ..core import extension_room, proposed_moves, replacement
 from ..core import placement as placing
 from ..core import policy as booking_policy
-from ..core import proposed_moves, replacement
 from ..core.errors import Conflict, InvalidRequest, NotFound
-from ..core.model import Booking, BookingState, MaintenanceWindow, Placement, Replacement
-from ..core.timegrid import ceil_to_grid, format_time
+from ..core.model import Booking, BookingState, MaintenanceWindow, Move, Placement, Replacement
+from ..core.timegrid import ceil_to_grid, floor_to_grid, format_time
 from .convert import booking_from_new_row, booking_from_row, booking_row
 from .models import BookingEventRow, BookingRow, PoolRow
 from .queries import (
@@ -87,6 +87,10 @@ BIND_BOOKING = (
 #: only bookings inside that wider interval may move (reading a busy pool costs ~0.1 ms per
 #: booking, and bookings reaching further are rarely the ones that can move anyway).
 MOVE_READ_MARGIN = timedelta(hours=4)
+#: An extension moves upcoming bookings to make room only this far past the booking's end:
+#: further, the bookings in the way are many (each placed again in the extension's transaction,
+#: under the pool's lock), and a day-long extension is rare enough to be booked anew.
+EXTENSION_MOVE_REACH = timedelta(hours=4)
 #: The exact step's limit once a transaction has spent its ``exact_move_seconds``: enough to
 #: build the program and stop, not to search it.
 SPENT_SECONDS = 0.001
@@ -168,9 +172,9 @@ class BookingChecks:
             budgets.check(self.session, request, policy, now)
 
     def check_end_change(self, booking: Booking, end: datetime, groups: Any, is_admin: bool,
-                         now: datetime) -> None:
+                         now: datetime) -> tuple[Move, ...]:
         """Raise the refusal ``BookingStore.change_end`` gives for moving ``booking``'s end to
-        ``end`` (nothing when it would be accepted)."""
+        ``end``; else the moves of upcoming bookings an extension needs (usually none)."""
         state = booking.state(now)
         if state in (BookingState.CANCELLED, BookingState.ENDED):
             raise Conflict(f"This booking is {state.value} and can no longer be changed.")
@@ -183,23 +187,61 @@ class BookingChecks:
                 f"{clock_time(earliest)} or later."
             )
         if end == booking.end:
-            return
+            return ()
         if not is_admin:
             changed = booking.with_changes(end=end)
             self.check_rules(changed, groups, now, booking_policy.check_end_change)
         if end > booking.end:
-            self.check_extension(booking, end)
+            return self.check_extension(booking, end)
+        return ()
 
-    def check_extension(self, booking: Booking, end: datetime) -> None:
-        """Refuse (409) unless the booking's own GPUs are free from its end until ``end``:
-        an extension never moves a booking that may already run on them."""
+    def check_extension(self, booking: Booking, end: datetime) -> tuple[Move, ...]:
+        """Refuse (409) unless the booking's own GPUs are free from its end until ``end``, or
+        moving upcoming bookings off them frees them (an extension never moves the booking
+        itself: it may already run there); the moves needed."""
         taken_from = self.taken_from(booking, end)
-        if taken_from is not None:
+        if taken_from is None:
+            return ()
+        room = self.extension_room(booking, end)
+        moves = room(end)
+        if moves is not None:
+            return moves
+        node = booking.placement.node
+        latest = self.latest_end_with_room(room, taken_from, end)
+        if latest > taken_from:
             raise Conflict(
-                f"The GPU this booking holds on {booking.placement.node} is taken from "
-                f"{clock_time(taken_from)}; the booking can be extended to "
-                f"{clock_time(taken_from)} at most."
+                f"The GPU this booking holds on {node} is taken from {clock_time(taken_from)}; "
+                "moving bookings that have not started to other GPUs makes room until "
+                f"{clock_time(latest)} at most."
             )
+        raise Conflict(
+            f"The GPU this booking holds on {node} is taken from {clock_time(taken_from)}; the "
+            f"booking can be extended to {clock_time(taken_from)} at most."
+        )
+
+    def latest_end_with_room(self, room: Callable[[datetime], tuple[Move, ...] | None],
+                             fits_until: datetime, limit: datetime) -> datetime:
+        """The latest end on the grid after ``fits_until`` (an end that fits) and before
+        ``limit`` that ``room`` (see :meth:`extension_room`) makes room for, else
+        ``fits_until``. Room until an end is taken to mean room until every earlier one: the
+        search gallops (1, 2, 4, ... slots on) and then bisects, so the usual answer, no room
+        past ``fits_until``, costs one look, under the pool's lock when a refusal says it."""
+        slot = timedelta(minutes=self.store.slot_minutes)
+        first = floor_to_grid(fits_until, self.store.slot_minutes) + slot
+
+        def end_at(k: int) -> datetime:
+            return fits_until if k == 0 else first + (k - 1) * slot
+
+        good, bad, step = 0, max(0, -(-(limit - first) // slot)) + 1, 1
+        while good + step < bad:
+            if room(end_at(good + step)) is None:
+                bad = good + step
+                break
+            good, step = good + step, 2 * step
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            good, bad = (middle, bad) if room(end_at(middle)) is not None else (good, middle)
+        return end_at(good)
 
     def taken_from(self, booking: Booking, end: datetime) -> datetime | None:
         """When, between the booking's end and ``end``, another booking or a maintenance window
@@ -211,23 +253,34 @@ class BookingChecks:
                 f"Pool {booking.pool!r} is no longer configured; its bookings cannot be extended."
             )
         placement = booking.placement
-        bookings, windows = self.overlapping(pool.name, booking.end, end)
-        others = [b for b in bookings if b.id != booking.id]
-        table = placing.UsageTable(pool, others, booking.end, end, windows)
-        own = [
-            g
-            for g, gpu in enumerate(table.gpus)
-            if gpu[0] == placement.node and gpu[1] in placement.gpus
-        ]
-        if len(own) != len(placement.gpus):
+        if not {(placement.node, gpu) for gpu in placement.gpus} <= set(pool.gpu_keys):
             raise Conflict(
                 "This booking's GPU is no longer part of the pool; it cannot be extended."
             )
-        for piece in range(table.pieces):
-            column = table.column(piece)
-            if any(column[g] + placement.slices > pool.slices_per_gpu for g in own):
-                return table.boundaries[piece]
-        return None
+        bookings, windows = self.overlapping(pool.name, booking.end, end)
+        others = [b for b in bookings if b.id != booking.id]
+        return extension_room.taken_from(pool, others, placement, booking.end, end, windows)
+
+    def extension_room(self, booking: Booking, until: datetime
+                       ) -> Callable[[datetime], tuple[Move, ...] | None]:
+        """For an end up to ``until``: the moves that free the booking's own GPUs until then
+        (:func:`~..core.extension_room.room_for_extension`), None beyond
+        :data:`EXTENSION_MOVE_REACH` after its end, from one read of its pool that reaches
+        :data:`MOVE_READ_MARGIN` further (bookings reaching further stay)."""
+        pool = self.store.pools[booking.pool]
+        last = min(until, booking.end + EXTENSION_MOVE_REACH)
+        reach = (booking.end - MOVE_READ_MARGIN, last + MOVE_READ_MARGIN)
+        bookings, windows = self.overlapping(pool.name, *reach)
+        now = self.store.now()
+
+        @cache  # a refusal looks again at the end it refuses, to say how far room is made
+        def room(end: datetime) -> tuple[Move, ...] | None:
+            if end > last:
+                return None
+            return extension_room.room_for_extension(pool, bookings, booking, end, now, windows,
+                                                     known=reach)
+
+        return room
 
 
 class UnitOfWork(BookingChecks):

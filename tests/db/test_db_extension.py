@@ -40,6 +40,7 @@ def assert_agrees_with_change_end(store, booking_id, **rules):
 def test_the_next_booking_on_the_same_gpu_bounds_the_extension(store):
     first = store.create("alice", "t4", 1, at(10), at(11))  # a whole T4: GPU 0
     store.create("bob", "t4", 1, at(12, 30), at(13))  # best fit: GPU 0 again
+    store.create("carol", "t4", 1, at(12, 30), at(13, 30))  # GPU 1: bob cannot move there
     booking, max_end = assert_agrees_with_change_end(store, first.id)
     assert (booking.id, booking.end, max_end) == (first.id, at(11), at(12, 30))
     _, none, reason = store.largest_extension(first.id, WEEK)
@@ -94,3 +95,55 @@ def test_a_free_gpu_is_offered_up_to_the_horizon(store):
     booking = store.create("alice", "a100", 1, at(10), at(11))
     assert store.largest_extension(booking.id, timedelta(hours=5))[1] == at(16)
     assert store.largest_extension(booking.id, timedelta(minutes=20))[1] == at(11, 15)
+
+
+def gpus_of(store, booking_id):
+    placement = store.get(booking_id).placement
+    return placement.node, placement.gpus
+
+
+def test_an_upcoming_booking_in_the_way_moves_to_another_gpu(store):
+    # alice's server runs on GPU 0; bob's later booking sits there too, GPU 1 is free
+    running = store.create("alice", "t4", 1, at(10), at(11))
+    later = store.create("bob", "t4", 1, at(12, 30), at(13))
+    assert gpus_of(store, running.id) == gpus_of(store, later.id) == ("node-c", (0,))
+    assert store.largest_extension(running.id, timedelta(hours=4))[1] == at(15)
+
+    assert store.change_end(running.id, at(13, 30), actor="alice").end == at(13, 30)
+    assert gpus_of(store, running.id) == ("node-c", (0,))
+    assert gpus_of(store, later.id) == ("node-c", (1,))
+    moved = store.history(later.id)[-1]
+    assert (moved.kind, moved.detail) == ("moved", {
+        "old_node": "node-c", "old_gpu_indices": [0], "node": "node-c", "gpu_indices": [1]})
+    assert [e.kind for e in store.history(running.id)][-1] == "end_changed"
+
+
+def test_moving_makes_room_only_as_far_as_the_other_gpus_are_free(store):
+    running = store.create("alice", "t4", 1, at(10), at(11))
+    later = store.create("bob", "t4", 1, at(12, 30), at(13))
+    store.create("carol", "t4", 1, at(14), at(15))
+    store.create("dave", "t4", 1, at(14), at(15))  # from 14:00 both GPUs are taken
+    assert store.largest_extension(running.id, WEEK)[1] == at(14)
+    refusal = change_end_refusal(store, running.id, at(14, 15))
+    assert refusal == (
+        "The GPU this booking holds on node-c is taken from 2030-01-07 12:30 UTC; moving "
+        "bookings that have not started to other GPUs makes room until 2030-01-07 14:00 UTC "
+        "at most."
+    )
+    assert gpus_of(store, later.id) == ("node-c", (0,))  # a refusal moves nothing
+    store.change_end(running.id, at(14), actor="alice")
+    assert gpus_of(store, later.id) == ("node-c", (1,))
+    assert store.largest_extension(running.id, WEEK)[1:] == (None, (
+        "The GPU this booking holds on node-c is taken from 2030-01-07 14:00 UTC; the booking "
+        "can be extended to 2030-01-07 14:00 UTC at most."
+    ))
+
+
+def test_a_share_of_a_gpu_in_the_way_moves_too(store):
+    # quarters of a T4: alice runs on half of GPU 0, bob's three quarters follow her there
+    running = store.create("alice", "t4", "1/2", at(10), at(11))
+    store.create("carol", "t4", "1/4", at(10), at(12))  # the tightest fit: beside alice
+    later = store.create("bob", "t4", "3/4", at(11), at(12))
+    assert gpus_of(store, running.id) == gpus_of(store, later.id) == ("node-c", (0,))
+    assert store.change_end(running.id, at(11, 30), actor="alice").end == at(11, 30)
+    assert gpus_of(store, later.id) == ("node-c", (1,))

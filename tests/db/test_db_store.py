@@ -212,9 +212,10 @@ def test_change_end_extends_and_shortens(store):
     ]
 
 
-def test_extension_refused_when_the_booked_gpu_is_taken_even_if_another_is_free(store):
+def test_extension_refused_when_the_booked_gpu_is_taken_and_nothing_can_make_room(store):
     first = store.create("alice", "t4", 1, at(10), at(11))  # a whole T4: GPU 0
     second = store.create("bob", "t4", 1, at(11), at(12))  # best fit: GPU 0 again
+    store.create("carol", "t4", 1, at(11), at(12))  # GPU 1: bob cannot move there
     assert first.placement.gpus == second.placement.gpus == (0,)
     with pytest.raises(Conflict) as refused:
         store.change_end(first.id, at(12), actor="alice")
