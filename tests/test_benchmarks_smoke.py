@@ -196,6 +196,27 @@ def test_busy_pool_splits_create_latencies_by_outcome(tmp_path):
             assert 0 <= measured["median_cpu_ms"] <= measured["p99_cpu_ms"]
 
 
+def test_extensions_compares_extending_with_and_without_moves(tmp_path):
+    output, results = run_script("extensions", tmp_path)
+
+    assert "| backend " in output and "| sqlite " in output
+    assert results["extend_by_minutes"] == 120
+    by_run = {(r["backend"], r["moves"]): r for r in results["results"]}
+    for (backend, moves), result in by_run.items():
+        outcomes = result["extensions"]
+        assert result["upcoming"] == 300 and 0 < result["running"] <= 40
+        assert sum(outcomes.values()) == result["running"]
+        assert 0 < result["check_p50"] <= result["check_p99"]
+        assert 0 < result["extend_p50"] <= result["extend_p99"]
+        if not moves:
+            assert outcomes["moved"] == 0
+            with_moves = by_run[(backend, True)]
+            # the same running bookings; moving lets in at least as many, some only by moving
+            assert with_moves["running"] == result["running"]
+            assert with_moves["extensions"]["moved"] > 0
+            assert with_moves["extensions"]["refused"] <= outcomes["refused"]
+
+
 def test_create_cost_measures_the_services_own_cpu_per_create_and_listing(tmp_path):
     output, results = run_script("create_cost", tmp_path)
 
