@@ -209,7 +209,7 @@ async def timed_gate(spawner, client: BookingClient, booking_id: int,
     await spawner.load_user_options()
     seconds = time.perf_counter() - began
     cpu_after = cpu.seconds()
-    await client.release(booking_id, "")
+    await client.release(booking_id, spawner.user.name, spawner.name)
     return seconds, {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
 
 
