@@ -76,6 +76,14 @@ class APIHandler(BaseHandler):
     def get_login_url(self) -> str:
         raise web.HTTPError(403, AUTHENTICATION_REQUIRED)
 
+    def require_spawner_or_admin(self, what: str) -> Principal:
+        """The caller, if it is the Hub's spawner or an administrator; else 403 saying that
+        only they may do ``what`` ("claim bookings")."""
+        principal = self.require_principal()
+        if not (principal.is_spawner or principal.is_admin):
+            raise refusal(403, f"Only the Hub's spawner or an administrator may {what}.")
+        return principal
+
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
@@ -319,15 +327,8 @@ class ClaimHandler(APIHandler):
 
     action = "claim"
 
-    def require_spawner_or_admin(self) -> None:
-        principal = self.require_principal()
-        if not (principal.is_spawner or principal.is_admin):
-            raise refusal(
-                403, f"Only the Hub's spawner or an administrator may {self.action} bookings."
-            )
-
     def server_name(self) -> str:
-        self.require_spawner_or_admin()
+        self.require_spawner_or_admin(f"{self.action} bookings")
         return checked_server(self.json_body({"server"}, ("server",))["server"])
 
     async def post(self, booking_id: str) -> None:
@@ -346,9 +347,7 @@ class PoolClaimHandler(APIHandler):
     admins only."""
 
     async def post(self, pool_name: str) -> None:
-        principal = self.require_principal()
-        if not (principal.is_spawner or principal.is_admin):
-            raise refusal(403, "Only the Hub's spawner or an administrator may claim bookings.")
+        principal = self.require_spawner_or_admin("claim bookings")
         body = self.json_body({"user", "server", "booking"}, ("user", "server"))
         user, server = checked_user(body["user"]), checked_server(body["server"])
         chosen = body.get("booking")
@@ -383,7 +382,7 @@ class ReleaseHandler(ClaimHandler):
     action = "release"
 
     async def post(self, booking_id: str) -> None:
-        self.require_spawner_or_admin()
+        self.require_spawner_or_admin(f"{self.action} bookings")
         body = self.json_body({"server", "user"}, ("server",))
         server = checked_server(body["server"])
         user = checked_user(body["user"]) if "user" in body else None

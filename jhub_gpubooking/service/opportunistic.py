@@ -117,11 +117,7 @@ class OpportunisticHandler(APIHandler):
         )
 
     async def post(self) -> None:
-        principal = self.require_principal()
-        if not (principal.is_spawner or principal.is_admin):
-            raise refusal(
-                403, "Only the Hub's spawner or an administrator may ask for opportunistic GPUs."
-            )
+        principal = self.require_spawner_or_admin("ask for opportunistic GPUs")
         service, opportunistic = self.service, self.service.opportunistic
         if not opportunistic.opportunistic_enabled:
             raise refusal(403, "GPUs cannot be used without a booking on this hub.")

@@ -5,8 +5,8 @@
 
 import {
   $, ACTIVE_STATES, DAY_MS, HOUR_MS, NewestLoad, PagedList, SLOT_MS, amountChoices, api, byStart, config,
-  drawUnlessShown, el, floorSlot, formatGpus, formatSpan, fromLocalInput, isActing, keepFresh, oneAtATime, parseUtc, plural, snapInput,
-  toLocalInput, toUtcIso,
+  drawUnlessShown, el, floorSlot, formatGpus, formatSpan, fromLocalInput, isActing, keepFresh, oneAtATime, parseUtc,
+  plural, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { refreshAdmin, wireAdmin } from "./admin.js";
 import { act, page, refreshOrReport, setRefresh, showAlert, showLoadError } from "./page.js";
