@@ -46,6 +46,8 @@ HOLDING = (
     _bookings.c.status == "booked",
 )
 OVERLAPPING_BOOKINGS = select(_bookings).where(*HOLDING)
+#: :data:`OVERLAPPING_BOOKINGS` placed on one node.
+NODE_OVERLAPPING_BOOKINGS = OVERLAPPING_BOOKINGS.where(_bookings.c.node == bindparam("node"))
 #: Only what a usage table needs of them (:data:`..core.placement.Held`), as the driver gives
 #: it (converted by :func:`held_overlapping`), and only those starting at ``starting_from`` or
 #: later.
@@ -140,15 +142,21 @@ def state_case(now: datetime):
 
 
 def overlapping(
-    session: Session | Connection, pool: str, start: datetime, end: datetime, now: datetime
+    session: Session | Connection, pool: str, start: datetime, end: datetime, now: datetime,
+    node: str | None = None,
 ) -> tuple[list[Booking], list[MaintenanceWindow]]:
-    """Bookings holding capacity and maintenance windows of ``pool`` that touch [start, end).
+    """Bookings holding capacity and maintenance windows of ``pool`` that touch [start, end);
+    with ``node``, only the bookings placed there (the windows all the same).
 
     A booking that has ended holds nothing any more, even inside the running slot: one
     ended early ("End now") frees its GPUs for a booking of the current slot at once.
     """
     connection = rows_connection(session)
-    bookings = connection.execute(OVERLAPPING_BOOKINGS, _overlap_parameters(pool, start, end, now))
+    parameters = _overlap_parameters(pool, start, end, now)
+    if node is None:
+        bookings = connection.execute(OVERLAPPING_BOOKINGS, parameters)
+    else:
+        bookings = connection.execute(NODE_OVERLAPPING_BOOKINGS, {**parameters, "node": node})
     return [booking_from_row(b) for b in bookings], _windows(connection, pool, start, end)
 
 

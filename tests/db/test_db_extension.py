@@ -147,3 +147,25 @@ def test_a_share_of_a_gpu_in_the_way_moves_too(store):
     assert gpus_of(store, running.id) == gpus_of(store, later.id) == ("node-c", (0,))
     assert store.change_end(running.id, at(11, 30), actor="alice").end == at(11, 30)
     assert gpus_of(store, later.id) == ("node-c", (1,))
+
+
+def test_the_first_look_reads_only_the_bookings_on_the_booking_s_node(store, monkeypatch):
+    # the JupyterLab status asks every 30 s, a week ahead: the rest of the pool is not read
+    from jhub_gpubooking.db import queries
+    from jhub_gpubooking.db.convert import booking_from_row
+
+    running = store.create("alice", "a100", 2, at(10), at(11))  # best fit: both GPUs of node-a
+    elsewhere = [store.create(f"user{n}", "a100", 4, at(12 + 2 * n), at(13 + 2 * n))
+                 for n in range(3)]  # node-b, the only node with room for four
+    assert [running.placement.node, *{b.placement.node for b in elsewhere}] == [
+        "node-a", "node-b"]
+    loaded = []
+
+    def read(row):
+        loaded.append(row.id)
+        return booking_from_row(row)
+
+    monkeypatch.setattr(queries, "booking_from_row", read)
+    _, max_end, _ = store.largest_extension(running.id, WEEK, is_admin=True)
+    assert max_end == at(11) + WEEK
+    assert loaded == []  # (the booking itself is read by its id) none of node-b's
