@@ -45,6 +45,13 @@ class Conflict(BookingError):
     status = 409
 
 
+class KeyReused(BookingError):
+    """A create sent with the Idempotency-Key of an earlier, different one (a client's bug:
+    a key names one create, sent again only as it was)."""
+
+    status = 422
+
+
 class NoCapacity(Conflict):
     """Nothing can be placed: names the first full interval and what is still bookable there,
     and, when known, ``next_free``: the earliest (start, end) of the same length that fits.

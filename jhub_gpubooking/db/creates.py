@@ -26,11 +26,12 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from ..core import replacement
-from ..core.errors import BookingError, NoCapacity
+from ..core.errors import BookingError, InvalidRequest, NoCapacity
 from ..core.model import Booking, Replacement, checked_text, parse_amount
 from ..core.next_free import naming_next_free
 from ..core.timegrid import as_utc
 from .next_free import earliest_free
+from .request_keys import checked_request_key, made_with_key, remember_key
 from .unit_of_work import move_reach
 
 if TYPE_CHECKING:
@@ -61,24 +62,40 @@ class NewBooking:
     #: a re-placement found without the pool's lock (:func:`search_longer`), written if it
     #: still holds
     proposal: Replacement | None = None
+    #: the create's Idempotency-Key: sent again, it answers the booking it made (see
+    #: :mod:`.request_keys`)
+    request_key: str | None = None
+    #: the refusal of a create with a key whose start has passed, unless it made a booking
+    refused_unless_made: InvalidRequest | None = None
 
 
 def prepare(store: BookingStore, user: str, pool: str, gpus: Any, start: datetime,
             end: datetime, note: str = "", groups: Any = (), is_admin: bool = False,
-            actor: str | None = None, make_room: MakeRoom | None = None) -> NewBooking:
+            actor: str | None = None, make_room: MakeRoom | None = None,
+            request_key: str | None = None) -> NewBooking:
     """The create of ``gpus`` of ``pool`` for [start, end), or the refusal (400, 404) that
     needs no database: an unknown pool, an amount the pool cannot hold, times off the grid or
-    in the past, a note too long."""
+    in the past, a note too long, a malformed Idempotency-Key."""
     pool_spec = store.pool(pool)
     amount = gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
     start, end, now = as_utc(start), as_utc(end), store.now()
-    store.check_interval(start, end, now)
+    started = None
+    try:
+        store.check_interval(start, end, now)
+    except InvalidRequest as refused:
+        if request_key is None:
+            raise
+        # sent again after its start passed, a create still answers the booking it made: it
+        # is refused only once the database says there is none (_place_once)
+        started = refused
     pool_spec.amount_to_slices(amount)
     checked_text(note, "note")
+    request_key = checked_request_key(request_key)
     request = Booking(user=user, pool=pool, amount=amount, start=start, end=end, note=note,
                       groups=tuple(sorted(groups)))
     return NewBooking(request, tuple(store.pools_for_rules(pool, groups, is_admin)), is_admin,
-                      actor or user, now, make_room)
+                      actor or user, now, make_room, request_key=request_key,
+                      refused_unless_made=started)
 
 
 def create_all(store: BookingStore, creates: Sequence[NewBooking],
@@ -157,8 +174,20 @@ def _place(work: UnitOfWork, create: NewBooking) -> Booking:
 
 
 def _place_once(work: UnitOfWork, create: NewBooking) -> Booking:
-    return work.place(create.request, create.request.groups, create.is_admin, create.now,
-                      create.actor, create.proposal)
+    key = create.request_key
+    if key is not None:
+        # sent again after its answer was lost: the booking it made, before any rule (the
+        # user's own first booking would refuse it)
+        made = made_with_key(work, create.request, key)
+        if made is not None:
+            return made
+        if create.refused_unless_made is not None:
+            raise create.refused_unless_made
+    placed = work.place(create.request, create.request.groups, create.is_admin, create.now,
+                        create.actor, create.proposal)
+    if key is not None:
+        remember_key(work, placed, key)
+    return placed
 
 
 def _make_room_and_place(work: UnitOfWork, create: NewBooking, refused: NoCapacity) -> Booking:

@@ -41,6 +41,8 @@ RESULT_CACHE_SIZE = 8192
 #: Longest user / server name we store (JupyterHub names are far shorter in practice).
 NAME_LENGTH = 255
 POOL_NAME_LENGTH = 63
+#: The longest Idempotency-Key a create may carry (a UUID has 36 characters).
+REQUEST_KEY_LENGTH = 64
 
 
 class UTCDateTime(TypeDecorator):
@@ -94,6 +96,8 @@ class BookingRow(Base):
         Index("ix_bookings_pool_end_start", "pool", "end", "start"),
         # policy reads a user's recent and future bookings
         Index("ix_bookings_user_end", "user", "end"),
+        # a create sent again after its answer was lost finds the booking it made (0007)
+        Index("ix_bookings_user_request_key", "user", "request_key", unique=True),
         CheckConstraint("status IN ('booked', 'cancelled')", name="status"),
     )
 
@@ -130,6 +134,8 @@ class BookingRow(Base):
     opportunistic: Mapped[bool | None] = mapped_column(Boolean, default=False)
     # --- recurring bookings (migration 0003): the series this booking is one occurrence of
     series_id: Mapped[int | None] = mapped_column(ForeignKey("booking_series.id"), index=True)
+    # --- (migration 0007) the Idempotency-Key its create was sent with, unique per user
+    request_key: Mapped[str | None] = mapped_column(String(REQUEST_KEY_LENGTH))
 
 
 class BookingSeriesRow(Base):

@@ -215,8 +215,11 @@ class BookingStore:
         is_admin: bool = False,
         actor: str | None = None,
         make_room: MakeRoom | None = None,
+        request_key: str | None = None,
     ) -> Booking:
         """Book ``gpus`` of ``pool`` for [start, end) or raise the refusal a user would see.
+        With ``request_key`` (a create's Idempotency-Key), the booking this user made with the
+        same key, if any, instead of a second one (:mod:`.request_keys`).
 
         ``make_room(work, request, now)`` is called when the pool is full, inside the same
         locked transaction; when it frees capacity (returns the bookings it changed) the booking
@@ -227,7 +230,8 @@ class BookingStore:
         follows without it (:meth:`search_longer`).
         """
         new = self.new_booking(user, pool, gpus, start, end, note=note, groups=groups,
-                               is_admin=is_admin, actor=actor, make_room=make_room)
+                               is_admin=is_admin, actor=actor, make_room=make_room,
+                               request_key=request_key)
         return creates.created(self.create_one(new))
 
     def create_one(self, new: NewBooking) -> Booking | Exception:

@@ -483,6 +483,48 @@ REVISIONS.append(
     )
 )
 
+# 0007 adds bookings.request_key, unique per user: two of one user's bookings without a key
+# (the rows above) and two users' bookings made with the same key
+REVISIONS.append(
+    RevisionData(
+        "0007",
+        columns={"bookings": {"request_key": sa.String(64)}},
+        rows={
+            "bookings": [
+                {
+                    "id": 7 + n,
+                    "user": user,
+                    "pool": "t4",
+                    "slices": 1,
+                    "amount_num": 1,
+                    "amount_den": 4,
+                    "start": t("2030-02-10 09:00:00"),
+                    "end": t("2030-02-10 10:00:00"),
+                    "status": "booked",
+                    "note": "",
+                    "node": "node-c",
+                    "gpu_indices": [n],
+                    "slices_per_gpu_held": 1,
+                    "server": None,
+                    "claimed_at": None,
+                    "created": t("2030-02-09 12:00:00"),
+                    "updated": t("2030-02-09 12:00:00"),
+                    "groups": [],
+                    "released_end": None,
+                    "release_reason": None,
+                    "stopped_at": None,
+                    "warned_end": None,
+                    "stop_requested_at": None,
+                    "opportunistic": False,
+                    "series_id": None,
+                    "request_key": "3f2b9c1e-7d4a-4e8b-9a61-0c5d2e8f4b17",
+                }
+                for n, user in enumerate(("zoë", "bob"))
+            ]
+        },
+    )
+)
+
 REVISION_IDS = [data.revision for data in REVISIONS]
 
 

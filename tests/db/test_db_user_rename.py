@@ -47,6 +47,16 @@ def test_a_new_name_that_booked_already_is_merged_and_keeps_its_own_link(store):
         None, "john.doe")
 
 
+def test_bookings_made_with_the_same_idempotency_key_under_both_names_are_merged(store):
+    # keys are unique per user; a client that numbers its creates repeats them across users
+    store.create("jdoe", "a100", 1, at(14), at(15), request_key="1")
+    kept = store.create("john.doe", "a100", 1, at(15), at(16), request_key="1")
+    assert rename_user(store, "jdoe", "john.doe") == Renamed(1, 0, 0, "none")
+    assert len(store.list(user="john.doe")) == 2
+    # the new name's own key still answers its create sent again
+    assert store.create("john.doe", "a100", 1, at(15), at(16), request_key="1") == kept
+
+
 def test_a_series_moves_with_its_occurrences(store):
     daily = occurrences(at(14), at(15), "daily", count=3, max_occurrences=10)
     series = create_series(store, "jdoe", "a100", 1, daily, "daily")

@@ -1,0 +1,72 @@
+"""Creates sent again: the ``Idempotency-Key`` a create may carry (migration 0007).
+
+The reservation page, or any client, may lose the answer to a create (the network dropped it,
+the proxy timed out, the page was reloaded) after the booking was made. Sent again with the
+same key, the create answers the booking it made instead of booking a second time (or being
+refused by the user's own first booking). The key is kept with the booking, unique per user;
+another user's key is never looked at. A key names one create: sent with a different pool,
+amount, start or end it is refused (422), as the IETF Idempotency-Key draft says.
+
+The look-up runs in the create's unit of work, under its pool's lock, so two copies of one
+create sent at once are written one after the other and the second finds the first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select, update
+
+from ..core.errors import InvalidRequest, KeyReused
+from ..core.model import Booking
+from ..core.timegrid import format_time
+from .convert import booking_from_row
+from .models import REQUEST_KEY_LENGTH, BookingEventRow, BookingRow
+
+if TYPE_CHECKING:
+    from .unit_of_work import UnitOfWork
+
+_bookings = BookingRow.__table__
+_events = BookingEventRow.__table__
+_KEY = re.compile(rf"[!-~]{{1,{REQUEST_KEY_LENGTH}}}")  # visible ASCII: a header's safe part
+
+
+def checked_request_key(value: Any) -> str | None:
+    """``value`` if it is a usable key (None: the create has none), else refused (400)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _KEY.fullmatch(value):
+        raise InvalidRequest(
+            f"The Idempotency-Key must be 1 to {REQUEST_KEY_LENGTH} visible ASCII characters "
+            "without spaces (a UUID, say)."
+        )
+    return value
+
+
+def made_with_key(work: UnitOfWork, request: Booking, key: str) -> Booking | None:
+    """The booking ``request.user`` made with ``key``, as it is now; None if there is none.
+    Refuses (422) when that booking was made for another pool, amount or time."""
+    connection = work.rows()  # Core only: a create needs no ORM session
+    row = connection.execute(select(_bookings).where(
+        _bookings.c.user == request.user, _bookings.c.request_key == key)).one_or_none()
+    if row is None:
+        return None
+    created = connection.execute(select(_events.c.detail).where(
+        _events.c.booking_id == row.id, _events.c.kind == "created")).scalars().first() or {}
+    # as it was made: its end may have been changed since, and its start moved earlier
+    made = (row.pool, created.get("gpus"), created.get("start"), created.get("end"))
+    asked = (request.pool, str(request.amount), format_time(request.start),
+             format_time(request.end))
+    if made != asked:
+        raise KeyReused(
+            f"This Idempotency-Key was used for booking #{row.id}, made for other GPUs or "
+            "times; send a new key for a new booking."
+        )
+    return booking_from_row(row)
+
+
+def remember_key(work: UnitOfWork, booking: Booking, key: str) -> None:
+    """Keep ``key`` with ``booking``, just made in ``work``."""
+    work.rows().execute(update(_bookings).where(_bookings.c.id == booking.id)
+                        .values(request_key=key))

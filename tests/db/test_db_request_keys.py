@@ -1,0 +1,95 @@
+"""A create sent again with its Idempotency-Key answers the booking it made, on every backend."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from fractions import Fraction
+
+import pytest
+from db_test_times import at
+from sqlalchemy import func, select
+
+from jhub_gpubooking.core.errors import InvalidRequest, KeyReused, NoCapacity
+from jhub_gpubooking.db.models import BookingRow
+
+KEY = "0b6f2c7e-1d2a-4c3b-8e9f-5a6b7c8d9e0f"
+
+
+def bookings(store) -> int:
+    with store.read_transaction() as session:
+        return session.scalar(select(func.count()).select_from(BookingRow))
+
+
+def test_the_same_create_sent_again_answers_the_booking_it_made(make_store):
+    # a policy of one booking at a time: without the key the second copy would be refused
+    store = make_store(default_policy={"max_bookings": 1})
+    first = store.create("alice", "a100", 1, at(10), at(11), request_key=KEY)
+    again = store.create("alice", "a100", 1, at(10), at(11), request_key=KEY)
+    assert again == first
+    assert bookings(store) == 1
+    assert [e.kind for e in store.history(first.id)] == ["created"]
+
+
+def test_a_repeat_answers_the_booking_as_it_is_now(store):
+    first = store.create("alice", "t4", Fraction(1, 4), at(10), at(11), request_key=KEY)
+    store.change_end(first.id, at(12), actor="alice")
+    again = store.create("alice", "t4", Fraction(1, 4), at(10), at(11), request_key=KEY)
+    assert (again.id, again.end) == (first.id, at(12))
+    ended = store.cancel(first.id, actor="alice")  # "End now": it runs at the store's now
+    assert store.create("alice", "t4", "0.25", at(10), at(11), request_key=KEY) == ended
+    assert bookings(store) == 1
+
+
+def test_a_key_is_the_user_s_own(store):
+    alices = store.create("alice", "a100", 1, at(10), at(11), request_key=KEY)
+    bobs = store.create("bob", "a100", 1, at(10), at(11), request_key=KEY)
+    assert alices.id != bobs.id
+    assert bookings(store) == 2
+
+
+def test_a_key_sent_with_another_create_is_refused(store):
+    first = store.create("alice", "a100", 1, at(10), at(11), request_key=KEY)
+    for other in [("a100", 2, at(10), at(11)), ("a100", 1, at(10), at(12)),
+                  ("t4", 1, at(10), at(11))]:
+        with pytest.raises(KeyReused) as refused:
+            store.create("alice", *other, request_key=KEY)
+        assert refused.value.status == 422
+        assert refused.value.message == (
+            f"This Idempotency-Key was used for booking #{first.id}, made for other GPUs or "
+            "times; send a new key for a new booking.")
+    assert bookings(store) == 1
+
+
+def test_a_refused_create_keeps_no_key(store):
+    whole = [store.create("bob", "a100", n, at(12), at(13)) for n in (2, 4)]  # the whole pool
+    with pytest.raises(NoCapacity):
+        store.create("alice", "a100", 1, at(12), at(13), request_key=KEY)
+    store.cancel(whole[0].id, actor="bob")
+    made = store.create("alice", "a100", 1, at(12), at(13), request_key=KEY)
+    assert store.create("alice", "a100", 1, at(12), at(13), request_key=KEY) == made
+
+
+def test_copies_written_together_make_one_booking(store):
+    copies = [store.new_booking("alice", "a100", 1, at(10), at(11), request_key=KEY)
+              for _ in range(3)]
+    outcomes = store.create_all(copies)
+    assert len({o.id for o in outcomes}) == 1
+    assert bookings(store) == 1
+
+
+@pytest.mark.parametrize("key", ["", "with space", "x" * 65, "ünïcode", 42])
+def test_a_malformed_key_is_refused_before_the_database(store, key):
+    with pytest.raises(InvalidRequest, match="Idempotency-Key must be 1 to 64 visible ASCII"):
+        store.create("alice", "a100", 1, at(10), at(11), request_key=key)
+    assert bookings(store) == 0
+
+
+def test_sent_again_after_its_start_passed_it_still_answers_the_booking(store, clock):
+    first = store.create("alice", "a100", 1, at(10), at(11), request_key=KEY)
+    clock.advance(timedelta(minutes=45))  # the slot it started in is over
+    assert store.create("alice", "a100", 1, at(10), at(11), request_key=KEY) == first
+    with pytest.raises(InvalidRequest, match="is in the past"):
+        store.create("alice", "a100", 1, at(10), at(11), request_key="another")
+    with pytest.raises(InvalidRequest, match="is in the past"):
+        store.create("alice", "a100", 1, at(10), at(11))
+    assert bookings(store) == 1
