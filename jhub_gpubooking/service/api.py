@@ -243,6 +243,8 @@ class BookingsHandler(APIHandler):
             groups=groups,
             is_admin=principal.is_admin,
             actor=principal.name,
+            # sent again after a lost answer: the booking it made, answered as then (201)
+            request_key=self.request.headers.get("Idempotency-Key"),
         )
         self.set_header("Location", self.service_url("api/bookings", str(booking.id)))
         self.write_json(self.booking_model(booking), status=201)

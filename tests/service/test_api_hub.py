@@ -212,6 +212,27 @@ def test_full_capacity_is_a_409_naming_what_is_left(hub):
     assert carol.delete(f"api/bookings/{booked.json()['id']}").status_code == 200
 
 
+def test_a_create_sent_again_with_its_idempotency_key_answers_the_booking_it_made(hub):
+    ada, bob = client(hub, "ada"), client(hub, "bob")
+    start, end = windows.next()
+    body = {"pool": "a100", "gpus": 1, "start": start, "end": end}
+    key = {"Idempotency-Key": "4d1c9a2e-5b7f-4e3d-8a6c-1f2e3d4c5b6a"}
+    first = ada.post("api/bookings", json=body, headers=key)
+    again = ada.post("api/bookings", json=body, headers=key)
+    for response in (first, again):
+        assert response.status_code == 201, response.text
+        assert response.headers["Location"].endswith(f"api/bookings/{first.json()['id']}")
+    assert again.json() == first.json()
+    # another user's key is their own
+    assert bob.post("api/bookings", json=body, headers=key).json()["id"] != first.json()["id"]
+    message = error(ada.post("api/bookings", json={**body, "gpus": 2}, headers=key), 422)
+    assert message == (
+        f"This Idempotency-Key was used for booking #{first.json()['id']}, made for other GPUs "
+        "or times; send a new key for a new booking.")
+    assert "Idempotency-Key must be 1 to 64" in error(
+        ada.post("api/bookings", json=body, headers={"Idempotency-Key": "x" * 65}), 400)
+
+
 def test_next_free_refuses_what_cannot_be_booked(hub):
     ada = client(hub, "ada")
     assert "multiple of 15" in error(
