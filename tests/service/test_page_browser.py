@@ -369,3 +369,32 @@ def test_free_gpus_are_offered_to_a_booking_later_today_which_starts_now_in_one_
     assert started["end"] < utc(later)  # the same hour, from now on
     notice.wait_for(state="detached")  # the page reads the notices again: no offer is left
     hub.api(hub.user_token("bob")).delete(f"api/bookings/{booking['id']}").raise_for_status()
+
+
+def test_a_booking_sent_again_after_its_answer_was_lost_is_made_once(hub, context):
+    page = open_page(context, hub, "ada")
+    start, end = windows.next()
+    fill_booking_form(page, "a100", "1 GPU", start, end, note="answer lost")
+    lost = []
+
+    def lose_the_first_answer(route):
+        if route.request.method != "POST" or lost:
+            route.continue_()
+            return
+        lost.append(route.fetch().status)  # the service books ...
+        route.abort("connectionreset")  # ... and its answer never reaches the page
+
+    page.route(re.compile(r".*/api/bookings$"), lose_the_first_answer)
+    page.click("#gb-book-button")
+    alert = page.locator("#gb-form-feedback.alert-danger")
+    alert.wait_for()
+    assert alert.inner_text() == (
+        "The booking service could not be reached; check the connection and try again.")
+    assert lost == [201]
+    made = [b for b in api_bookings(hub, "ada").values() if b["note"] == "answer lost"]
+    assert len(made) == 1
+
+    page.click("#gb-book-button")  # the student tries again, as the page says
+    page.locator("#gb-form-feedback.alert-success").wait_for()
+    again = [b for b in api_bookings(hub, "ada").values() if b["note"] == "answer lost"]
+    assert again == made  # the booking the first click made, not a second one

@@ -5,8 +5,8 @@
 
 import {
   $, ACTIVE_STATES, DAY_MS, HOUR_MS, NewestLoad, PagedList, SLOT_MS, amountChoices, api, byStart, config,
-  drawUnlessShown, el, floorSlot, formatGpus, formatSpan, fromLocalInput, isActing, keepFresh, oneAtATime, parseUtc,
-  plural, snapInput, toLocalInput, toUtcIso,
+  createOnce, drawUnlessShown, el, floorSlot, formatGpus, formatSpan, fromLocalInput, isActing, keepFresh, oneAtATime,
+  parseUtc, plural, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { refreshAdmin, wireAdmin } from "./admin.js";
 import { act, page, refreshOrReport, setRefresh, showAlert, showLoadError } from "./page.js";
@@ -96,7 +96,7 @@ function offerNextFree(request, pool, error) {
       hideNextFree();
       const moved = { ...request, start: free.start, end: free.end };
       // taken meanwhile? the new refusal offers the next interval again
-      const booking = await act($("gb-form-feedback"), () => api("POST", "bookings", moved),
+      const booking = await act($("gb-form-feedback"), () => createOnce("bookings", moved),
         bookedMessage(pool), (again) => offerNextFree(moved, pool, again));
       if (booking) fillBookingForm(pool.name, parseUtc(booking.start), parseUtc(booking.end), booking.gpus);
     }),
@@ -124,7 +124,7 @@ async function submitBooking() {
       (created) => `Booked ${plural(created.bookings.length, "occurrence")} of series ${created.id}.`);
     return;
   }
-  await act(box, () => api("POST", "bookings", request), bookedMessage(pool), (error) => {
+  await act(box, () => createOnce("bookings", request), bookedMessage(pool), (error) => {
     offerNextFree(request, pool, error);
     // no capacity: the request may also wait for it (waitlist.js)
     if (error.status === 409) offerWaitlist(box, request);

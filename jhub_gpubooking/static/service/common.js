@@ -36,15 +36,21 @@ export class ApiError extends Error {
 }
 
 /** Call the booking API with the login cookie. HubOAuth wants the _xsrf token on every
- * fetch(), reads included: it only skips the check for plain page navigation. */
-export async function api(method, path, body) {
-  const headers = { Accept: "application/json", "X-XSRFToken": xsrfToken };
+ * fetch(), reads included: it only skips the check for plain page navigation. No answer at all
+ * (the network, the Hub's proxy down) is an ApiError with status 0 and a sentence for people. */
+export async function api(method, path, body, moreHeaders = {}) {
+  const headers = { ...moreHeaders, Accept: "application/json", "X-XSRFToken": xsrfToken };
   const options = { method, headers, credentials: "same-origin" };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(body);
   }
-  const response = await fetch(config.apiUrl + path, options);
+  let response;
+  try {
+    response = await fetch(config.apiUrl + path, options);
+  } catch {
+    throw new ApiError(0, "The booking service could not be reached; check the connection and try again.");
+  }
   const payload = await response.json().catch(() => null);
   if (!response.ok) {
     const message = payload && payload.message
@@ -53,6 +59,33 @@ export async function api(method, path, body) {
     throw new ApiError(response.status, message, payload);
   }
   return payload;
+}
+
+/** Idempotency-Keys of the creates whose answer never came, by what they asked. */
+const unanswered = new Map();
+
+/** POST a create to `path` (api/bookings) with an Idempotency-Key, so that sending it again
+ * after its answer was lost (no answer, or the proxy's 5xx) answers the booking it made instead
+ * of booking twice: the same request keeps its key until an answer, even a refusal, comes
+ * back; any other request gets a new one. */
+export async function createOnce(path, body) {
+  const asked = `${path} ${JSON.stringify(body)}`;
+  const key = unanswered.get(asked) ?? newRequestKey();
+  unanswered.set(asked, key);
+  try {
+    const created = await api("POST", path, body, { "Idempotency-Key": key });
+    unanswered.delete(asked);
+    return created;
+  } catch (error) {
+    if (error.status > 0 && error.status < 500) unanswered.delete(asked); // decided: not made
+    throw error;
+  }
+}
+
+/** 128 random bits as hex (crypto.randomUUID needs https; a lab's Hub may be plain http). */
+function newRequestKey() {
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)),
+    (byte) => byte.toString(16).padStart(2, "0")).join("");
 }
 
 // ---------------------------------------------------------------- loads that overlap
