@@ -4,14 +4,14 @@ cluster running real jupyterhub-singleuser processes), with every invariant of
 :mod:`soak_invariants` checked after every step.
 
 Actions: book (a refused user may join the waitlist or book the next free slot, see
-soak_refusals.py), withdraw a wait, extend, shorten, end now, cancel, take an offer to start
-early; an admin's maintenance windows (added, their collisions cleared, removed) and backups
-of the database (soak_backup.py); start and stop default and named servers on CPU and GPU
-profiles; pods made outside the Hub in gated namespaces (the service's admission webhook, see
-soak_pods.py); restarts of the booking service and of the Hub in the middle of the walk, and,
-with the service on a private PostgreSQL or MariaDB server, outages of its database
-(soak_outage.py); pauses, so bookings start and end on the one-minute grid of the fast
-lifecycle clock.
+soak_refusals.py; a create may be sent twice with its Idempotency-Key, soak_resends.py),
+withdraw a wait, extend, shorten, end now, cancel, take an offer to start early; an admin's
+maintenance windows (added, their collisions cleared, removed) and backups of the database
+(soak_backup.py); start and stop default and named servers on CPU and GPU profiles; pods made
+outside the Hub in gated namespaces (the service's admission webhook, see soak_pods.py);
+restarts of the booking service and of the Hub in the middle of the walk, and, with the service
+on a private PostgreSQL or MariaDB server, outages of its database (soak_outage.py); pauses, so
+bookings start and end on the one-minute grid of the fast lifecycle clock.
 
 The seed fixes every choice the walk makes from what it sees; the live stack's timing still
 varies from run to run. Run it longer than CI does with::
@@ -56,6 +56,7 @@ from soak_invariants import (  # noqa: E402
 from soak_outage import BACK_WITHIN_SECONDS, DatabaseOutages, StoppableDatabase  # noqa: E402
 from soak_pods import GATED, OutsidePods  # noqa: E402
 from soak_refusals import Refused  # noqa: E402
+from soak_resends import RESEND, Resends  # noqa: E402
 
 USERS = ("u0", "u1", "u2", "u3", "u4")
 SERVER_NAMES = ("", "gpu")
@@ -139,6 +140,7 @@ class Walk:
         self.outside = OutsidePods(self, AMOUNTS)
         self.outages = None if database is None else DatabaseOutages(self, database)
         self.backups, self.refused = Backups(self), Refused(self)
+        self.resends = Resends(self, seed)
         # what interrupts the walk comes at seeded steps of its middle
         span = range(actions // 5, max(actions * 4 // 5, actions // 5 + 1))
         self.interruptions = {step: "restart service"
@@ -280,6 +282,8 @@ class Walk:
         request = {"user": self.rng.choice(USERS), "pool": pool,
                    "gpus": self.rng.choice(AMOUNTS[pool]),
                    "start": format_time(start), "end": format_time(end)}
+        if self.resends.rng.random() < RESEND:
+            return self.resends.book_twice(request)
         response = self.driver.booking.post("bookings", json=request)
         outcome = self.answered(response, {201: "booked", 409: "full", 403: "over a limit",
                                            400: "start passed"})

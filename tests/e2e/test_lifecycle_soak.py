@@ -18,6 +18,7 @@ import pytest
 from e2e_harness import E2E_LOGS
 from soak import SoakResult, run_soak
 from soak_backup import SCHEDULED_CHECK
+from soak_resends import RESENT_CHECK
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +37,7 @@ def assert_walked(result: SoakResult, actions: int) -> None:
         "one pod per booking", "no GPU pod without an active booking",
         "servers stop only when their booking ends", "no instant overbooked",
         "pod claims end with their pod", "accounting identity",
-        "maintenance windows stay free", "nothing is lost", SCHEDULED_CHECK))
+        "maintenance windows stay free", "nothing is lost", SCHEDULED_CHECK, RESENT_CHECK))
     # pods made outside the Hub were admitted on their owner's booking, not only refused
     assert result.webhook["admitted"] > 0
 

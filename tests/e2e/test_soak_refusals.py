@@ -108,3 +108,19 @@ def test_no_slot_named_books_nothing():
     walk, outcome = refused_then(answer_with(201, {"id": 2}), named=None)
     assert outcome == "full, no next free"
     assert len(walk.posted) == 1
+
+
+def test_a_create_sent_again_must_answer_the_booking_it_made():
+    from soak_resends import RESENT_CHECK, Resends
+
+    same = FakeWalk([answer_with(201, {"id": 2}), answer_with(201, {"id": 2})], START)
+    assert Resends(same, 0).book_twice(REQUEST) == "booked, sent again"
+    assert same.posted == [REQUEST, REQUEST]
+    assert same.checker.checks == {RESENT_CHECK: 1}
+    for second in (answer_with(201, {"id": 3}), answer_with(409, {"message": "full"})):
+        twice = FakeWalk([answer_with(201, {"id": 2}), second], START)
+        with pytest.raises(SoakFailure, match="booking 2 sent again with its Idempotency-Key"):
+            Resends(twice, 0).book_twice(REQUEST)
+    refused = FakeWalk([answer_with(409, {"message": "full"}), answer_with(201, {"id": 4})], START)
+    assert Resends(refused, 0).book_twice(REQUEST) == "booked, sent again"
+    assert refused.checker.checks == {}
