@@ -31,7 +31,7 @@ from ..core.model import Booking, Replacement, checked_text, parse_amount
 from ..core.next_free import naming_next_free
 from ..core.timegrid import as_utc
 from .next_free import earliest_free
-from .request_keys import checked_request_key, made_with_key, remember_key
+from .request_keys import checked_request_key, made_with_key
 from .unit_of_work import move_reach
 
 if TYPE_CHECKING:
@@ -183,11 +183,8 @@ def _place_once(work: UnitOfWork, create: NewBooking) -> Booking:
             return made
         if create.refused_unless_made is not None:
             raise create.refused_unless_made
-    placed = work.place(create.request, create.request.groups, create.is_admin, create.now,
-                        create.actor, create.proposal)
-    if key is not None:
-        remember_key(work, placed, key)
-    return placed
+    return work.place(create.request, create.request.groups, create.is_admin, create.now,
+                      create.actor, create.proposal, key)
 
 
 def _make_room_and_place(work: UnitOfWork, create: NewBooking, refused: NoCapacity) -> Booking:

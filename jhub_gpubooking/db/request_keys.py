@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from ..core.errors import InvalidRequest, KeyReused
 from ..core.model import Booking
@@ -65,8 +65,3 @@ def made_with_key(work: UnitOfWork, request: Booking, key: str) -> Booking | Non
         )
     return booking_from_row(row)
 
-
-def remember_key(work: UnitOfWork, booking: Booking, key: str) -> None:
-    """Keep ``key`` with ``booking``, just made in ``work``."""
-    work.rows().execute(update(_bookings).where(_bookings.c.id == booking.id)
-                        .values(request_key=key))

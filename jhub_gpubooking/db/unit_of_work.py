@@ -415,12 +415,13 @@ class UnitOfWork(BookingChecks):
         })
 
     def place(self, request: Booking, groups: Any, is_admin: bool, now: datetime,
-              actor: str | None, proposal: Replacement | None = None) -> Booking:
+              actor: str | None, proposal: Replacement | None = None,
+              request_key: str | None = None) -> Booking:
         """Check policy and budgets (not for admins), place ``request`` on the GPUs with the
         least waste and add it; raises the refusal a user would see. Its pool must be locked
         (and every pool a rule counts across, see ``BookingStore.pools_for_rules``).
         ``proposal``: a re-placement found earlier without the lock, used if it still holds
-        (see :meth:`place_by_moving`).
+        (see :meth:`place_by_moving`). ``request_key``: the create's Idempotency-Key, stored.
 
         A refusal comes before anything is written (the moves and the inserts are the last
         steps): creates written together rely on it to need no savepoint each
@@ -438,7 +439,8 @@ class UnitOfWork(BookingChecks):
         )
         if placed is None:
             placed = self.place_by_moving(request, bookings, windows, proposal)
-        return self.add_placed(request.with_changes(placement=placed), actor)
+        return self.add_placed(request.with_changes(placement=placed), actor,
+                               request_key=request_key)
 
     def place_by_moving(self, request: Booking, bookings: list[Booking],
                         windows: list[MaintenanceWindow],
@@ -526,10 +528,13 @@ class UnitOfWork(BookingChecks):
             for booking, placement in moves
         ])
 
-    def add_placed(self, booking: Booking, actor: str | None, **detail: Any) -> Booking:
-        """Insert ``booking``, already placed, and record its "created" event (with ``detail``);
-        returns it as stored (with its id)."""
+    def add_placed(self, booking: Booking, actor: str | None, request_key: str | None = None,
+                   **detail: Any) -> Booking:
+        """Insert ``booking``, already placed, with its create's ``request_key``, and record its
+        "created" event (with ``detail``); returns it as stored (with its id)."""
         values = booking_row(booking, self.store.pools[booking.pool], self.store.stamp())
+        if request_key is not None:
+            values["request_key"] = request_key
         placed = booking.placement
         event = dict(
             gpus=str(booking.amount), start=format_time(booking.start),
