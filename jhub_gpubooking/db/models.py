@@ -221,6 +221,8 @@ class WaitRow(Base):
         # serving reads a pool's waiting requests; the page reads one user's
         Index("ix_waits_state_pool", "state", "pool"),
         Index("ix_waits_user_state", "user", "state"),
+        # a join sent again after its answer was lost finds the wait it made (0007)
+        Index("ix_waits_user_request_key", "user", "request_key", unique=True),
         CheckConstraint("state IN ('waiting', 'booked', 'expired', 'withdrawn')", name="state"),
     )
 
@@ -242,6 +244,8 @@ class WaitRow(Base):
     created: Mapped[datetime] = mapped_column(UTCDateTime)
     updated: Mapped[datetime] = mapped_column(UTCDateTime)
     created_by: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    # the Idempotency-Key its join was sent with, unique per user (migration 0007)
+    request_key: Mapped[str | None] = mapped_column(String(REQUEST_KEY_LENGTH))
 
 
 class MissingUserRow(Base):

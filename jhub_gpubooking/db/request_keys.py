@@ -1,11 +1,13 @@
-"""Creates sent again: the ``Idempotency-Key`` a create may carry (migration 0007).
+"""Creates sent again: the ``Idempotency-Key`` a create or a join of the waitlist may carry
+(migration 0007).
 
 The reservation page, or any client, may lose the answer to a create (the network dropped it,
 the proxy timed out, the page was reloaded) after the booking was made. Sent again with the
 same key, the create answers the booking it made instead of booking a second time (or being
 refused by the user's own first booking). The key is kept with the booking, unique per user;
 another user's key is never looked at. A key names one create: sent with a different pool,
-amount, start or end it is refused (422), as the IETF Idempotency-Key draft says.
+amount, start or end it is refused (422), as the IETF Idempotency-Key draft says. A join of
+the waitlist keeps its key with the wait in the same way.
 
 The look-up runs in the create's unit of work, under its pool's lock, so two copies of one
 create sent at once are written one after the other and the second finds the first.
@@ -14,15 +16,17 @@ create sent at once are written one after the other and the second finds the fir
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from ..core.errors import InvalidRequest, KeyReused
 from ..core.model import Booking
-from ..core.timegrid import format_time
+from ..core.timegrid import as_utc, format_time
 from .convert import booking_from_row
-from .models import REQUEST_KEY_LENGTH, BookingEventRow, BookingRow
+from .models import REQUEST_KEY_LENGTH, BookingEventRow, BookingRow, WaitRow
 
 if TYPE_CHECKING:
     from .unit_of_work import UnitOfWork
@@ -59,9 +63,27 @@ def made_with_key(work: UnitOfWork, request: Booking, key: str) -> Booking | Non
     asked = (request.pool, str(request.amount), format_time(request.start),
              format_time(request.end))
     if made != asked:
-        raise KeyReused(
-            f"This Idempotency-Key was used for booking #{row.id}, made for other GPUs or "
-            "times; send a new key for a new booking."
-        )
+        raise _reused("booking", row.id)
     return booking_from_row(row)
+
+
+def wait_with_key(session: Session, user: str, key: str, asked: tuple) -> WaitRow | None:
+    """The wait ``user`` added with ``key``; None if there is none. Refuses (422) when it was
+    for another (pool, amount, start, latest start, minutes) than ``asked``."""
+    row = session.scalars(select(WaitRow).where(
+        WaitRow.user == user, WaitRow.request_key == key)).one_or_none()
+    if row is None:
+        return None
+    made = (row.pool, Fraction(row.amount_num, row.amount_den), as_utc(row.start),
+            as_utc(row.latest_start), row.minutes)
+    if made != asked:
+        raise _reused("wait", row.id)
+    return row
+
+
+def _reused(what: str, row_id: int) -> KeyReused:
+    return KeyReused(
+        f"This Idempotency-Key was used for {what} #{row_id}, made for other GPUs or times; "
+        f"send a new key for a new {what}."
+    )
 

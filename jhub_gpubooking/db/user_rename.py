@@ -62,8 +62,8 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
     with store.unit_of_work() as work:
         session = work.session
         ids = session.scalars(select(BookingRow.id).where(BookingRow.user == old)).all()
-        # their Idempotency-Keys go: no create is sent again under the old name, and one of
-        # ``new``'s own bookings may carry the same key (unique per user)
+        # their (and their waits') Idempotency-Keys go: no create is sent again under the old
+        # name, and one of ``new``'s own may carry the same key (unique per user)
         session.execute(update(BookingRow).where(BookingRow.user == old)
                         .values(user=new, updated=at, request_key=None))
         if ids:
@@ -76,7 +76,7 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
         series = session.execute(update(BookingSeriesRow).where(BookingSeriesRow.user == old)
                                  .values(user=new)).rowcount
         waits = session.execute(update(WaitRow).where(WaitRow.user == old)
-                                .values(user=new, updated=at)).rowcount
+                                .values(user=new, updated=at, request_key=None)).rowcount
         old_link, new_link = session.get(FeedTokenRow, old), session.get(FeedTokenRow, new)
         feed_link = "none" if old_link is None else "kept" if new_link is not None else "moved"
         if old_link is not None:

@@ -32,6 +32,7 @@ from . import creates
 from .models import WaitRow
 from .next_free import NEXT_FREE_SEARCH_DAYS
 from .queries import page
+from .request_keys import checked_request_key, wait_with_key
 from .store import BookingStore
 from .unit_of_work import UnitOfWork
 
@@ -90,19 +91,28 @@ class WaitStore:
         priority: int = 0,
         actor: str | None = None,
         max_waiting: int | None = None,
+        request_key: str | None = None,
     ) -> Wait:
         """Put a request on the waitlist: ``gpus`` of ``pool`` for ``end - start``, starting
         at ``start`` or, with ``window_end``, anywhere from ``start`` on that ends by
         ``window_end``. Refused (400/403) like the booking would be for anything but capacity;
-        ``max_waiting`` caps the user's waiting requests (409 beyond)."""
+        ``max_waiting`` caps the user's waiting requests (409 beyond). With ``request_key``
+        (the join's Idempotency-Key), the wait this user added with it, if any, as it is now
+        (:mod:`.request_keys`)."""
         store = self.store
         pool_spec = store.pool(pool)
         amount = gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
         pool_spec.amount_to_slices(amount)
         start, end, now = as_utc(start), as_utc(end), store.now()
         window_end = end if window_end is None else as_utc(window_end)
-        store.check_interval(start, end, now)
-        store.check_interval(start, window_end, now)  # the window's end on the grid, too
+        request_key, started = checked_request_key(request_key), None
+        try:
+            store.check_interval(start, end, now)
+            store.check_interval(start, window_end, now)  # the window's end on the grid, too
+        except InvalidRequest as refused:
+            if request_key is None:
+                raise
+            started = refused  # sent again after its start passed: the wait it made answers
         if window_end < end:
             raise InvalidRequest("'window_end' must not be before 'end'.")
         if window_end - start > timedelta(days=NEXT_FREE_SEARCH_DAYS):
@@ -113,7 +123,16 @@ class WaitStore:
         groups = tuple(sorted(groups))
         request = Booking(user=user, pool=pool, amount=amount, start=start, end=end,
                           note=note, groups=groups)
-        with store.unit_of_work() as work:
+        # with a key, two copies sent at once are written one after the other
+        with store.unit_of_work([pool] if request_key else []) as work:
+            if request_key is not None:
+                made = wait_with_key(work.session, user, request_key, (
+                    pool, amount, start, window_end - (end - start),
+                    (end - start) // timedelta(minutes=1)))
+                if made is not None:
+                    return wait_from_row(made)
+                if started is not None:
+                    raise started
             # what the policy refuses now (length, how far ahead, pools) it would refuse later
             work.check_rules(request, groups, now, booking_policy.check_booking)
             if max_waiting is not None and self._waiting_count(work, user) >= max_waiting:
@@ -127,7 +146,7 @@ class WaitStore:
                 start=start, latest_start=window_end - (end - start),
                 minutes=(end - start) // timedelta(minutes=1), priority=priority,
                 groups=list(groups), note=note, state=WaitState.WAITING.value,
-                created=stamp, updated=stamp, created_by=actor,
+                created=stamp, updated=stamp, created_by=actor, request_key=request_key,
             )
             work.session.add(row)
             work.session.flush()

@@ -483,13 +483,35 @@ REVISIONS.append(
     )
 )
 
-# 0007 adds bookings.request_key, unique per user: two of one user's bookings without a key
-# (the rows above) and two users' bookings made with the same key
+# 0007 adds bookings.request_key and waits.request_key, unique per user: the rows above have
+# none; two users' bookings and waits made with the same key
 REVISIONS.append(
     RevisionData(
         "0007",
-        columns={"bookings": {"request_key": sa.String(64)}},
+        columns={"bookings": {"request_key": sa.String(64)}, "waits": {"request_key": sa.String(64)}},
         rows={
+            "waits": [
+                {
+                    "id": 3 + n,
+                    "user": user,
+                    "pool": "a100",
+                    "amount_num": 1,
+                    "amount_den": 1,
+                    "start": t("2030-02-11 09:00:00"),
+                    "latest_start": t("2030-02-11 15:00:00"),
+                    "minutes": 60,
+                    "priority": 0,
+                    "groups": [],
+                    "note": "",
+                    "state": "waiting",
+                    "booking_id": None,
+                    "created": t("2030-02-09 12:00:00"),
+                    "updated": t("2030-02-09 12:00:00"),
+                    "created_by": user,
+                    "request_key": "9e8d7c6b-5a4f-4e3d-8c2b-1a0f9e8d7c6b",
+                }
+                for n, user in enumerate(("zoë", "bob"))
+            ],
             "bookings": [
                 {
                     "id": 7 + n,

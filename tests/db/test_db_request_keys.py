@@ -93,3 +93,24 @@ def test_sent_again_after_its_start_passed_it_still_answers_the_booking(store, c
     with pytest.raises(InvalidRequest, match="is in the past"):
         store.create("alice", "a100", 1, at(10), at(11))
     assert bookings(store) == 1
+
+
+def test_a_join_of_the_waitlist_sent_again_answers_the_wait_it_added(store, clock):
+    from jhub_gpubooking.db.waitlist import WaitStore
+
+    waits = WaitStore(store)
+    store.create("bob", "a100", 2, at(12), at(13))
+    store.create("bob", "a100", 4, at(12), at(13))  # the whole pool: the wait waits
+    first = waits.join("alice", "a100", 1, at(12), at(13), window_end=at(15),
+                       request_key=KEY, max_waiting=1)
+    # one wait at a time: without the key the copy would be refused
+    assert waits.join("alice", "a100", 1, at(12), at(13), window_end=at(15),
+                      request_key=KEY, max_waiting=1) == first
+    with pytest.raises(KeyReused, match=f"used for wait #{first.id}, made for other GPUs"):
+        waits.join("alice", "a100", 1, at(12), at(13), request_key=KEY)  # no window
+    assert waits.join("bob", "a100", 1, at(12), at(13), request_key=KEY).id != first.id
+    clock.advance(timedelta(hours=5))  # its start has passed
+    assert waits.join("alice", "a100", 1, at(12), at(13), window_end=at(15),
+                      request_key=KEY).id == first.id
+    with pytest.raises(InvalidRequest, match="is in the past"):
+        waits.join("alice", "a100", 1, at(12), at(13), window_end=at(15), request_key="new")

@@ -51,7 +51,9 @@ def test_bookings_made_with_the_same_idempotency_key_under_both_names_are_merged
     # keys are unique per user; a client that numbers its creates repeats them across users
     store.create("jdoe", "a100", 1, at(14), at(15), request_key="1")
     kept = store.create("john.doe", "a100", 1, at(15), at(16), request_key="1")
-    assert rename_user(store, "jdoe", "john.doe") == Renamed(1, 0, 0, "none")
+    for user in ("jdoe", "john.doe"):
+        WaitStore(store).join(user, "t4", 1, at(14), at(15), request_key="2")
+    assert rename_user(store, "jdoe", "john.doe") == Renamed(1, 0, 1, "none")
     assert len(store.list(user="john.doe")) == 2
     # the new name's own key still answers its create sent again
     assert store.create("john.doe", "a100", 1, at(15), at(16), request_key="1") == kept

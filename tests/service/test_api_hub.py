@@ -478,9 +478,15 @@ def test_a_refused_request_waits_and_is_booked_when_a_booking_is_cancelled(hub):
     blocking = [client(hub, user).post("api/bookings", json=body).json() for user in ("ada", "carol")]
     bob = client(hub, "bob")
     assert bob.post("api/bookings", json=body).status_code == 409
-    joined = bob.post("api/waits", json={**body, "note": "waiting"})
+    key = {"Idempotency-Key": "wait-1"}
+    joined = bob.post("api/waits", json={**body, "note": "waiting"}, headers=key)
     assert joined.status_code == 201, joined.text
     wait = joined.json()
+    # sent again (its answer was lost): the same wait, not a second one
+    again = bob.post("api/waits", json={**body, "note": "waiting"}, headers=key)
+    assert (again.status_code, again.json()) == (201, wait)
+    assert "used for wait" in error(bob.post("api/waits", json={**body, "gpus": 1}, headers=key),
+                                    422)
     assert (wait["state"], wait["latest_start"], wait["minutes"]) == ("waiting", start, 120)
     assert joined.headers["Location"].endswith(f"api/waits/{wait['id']}")
     assert client(hub, "ada").get(f"api/waits/{wait['id']}").status_code == 404

@@ -3,8 +3,8 @@
 // this only shows its answers and refusals.
 
 import {
-  HOUR_MS, NewestLoad, SLOT_MS, api, config, drawUnlessShown, el, formatGpus, formatSpan, formatTime, fromLocalInput,
-  parseUtc, oneAtATime, snapInput, toLocalInput, toUtcIso,
+  HOUR_MS, NewestLoad, SLOT_MS, api, config, createOnce, drawUnlessShown, el, formatGpus, formatSpan, formatTime,
+  fromLocalInput, parseUtc, oneAtATime, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { act, poolName, slicesOf } from "./page.js";
 
@@ -43,7 +43,7 @@ export function offerWaitlist(box, request) {
       const windowEnd = flexible.checked ? fromLocalInput(input) : null;
       const body = windowEnd === null ? request : { ...request, window_end: toUtcIso(windowEnd) };
       hideWaitlistOffer();
-      act(box, () => api("POST", "waits", body), (wait) => (wait.state === "booked"
+      act(box, () => createOnce("waits", body), (wait) => (wait.state === "booked"
         ? `That fitted at once: booked (booking ${wait.booking_id}).`
         : `You are on the waitlist (wait ${wait.id}). It is booked for you when the GPUs free up; `
           + "you will see a notice here, and it appears in your calendar feed."));

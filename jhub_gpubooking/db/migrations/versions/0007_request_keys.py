@@ -1,4 +1,4 @@
-"""A create's Idempotency-Key: the bookings.request_key column.
+"""A create's Idempotency-Key: the bookings.request_key and waits.request_key columns.
 
 Revision ID: 0007
 Revises: 0006
@@ -7,8 +7,9 @@ Create Date: 2026-11-29
 A create whose answer was lost (the network dropped it, the page was reloaded) and that is sent
 again must not book a second time. A create may carry an ``Idempotency-Key`` header; the key is
 kept with the booking, unique per user, so the same create sent again answers the booking it
-made. Existing bookings were made without one: the column is NULL for them, which the unique
-index allows any number of times on every backend.
+made; a join of the waitlist likewise keeps its key with the wait. Existing rows were made
+without one: the column is NULL for them, which the unique index allows any number of times
+on every backend.
 """
 
 from collections.abc import Sequence
@@ -22,15 +23,20 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+TABLES = ("bookings", "waits")
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("bookings") as batch_op:
-        batch_op.add_column(sa.Column("request_key", sa.String(length=64), nullable=True))
-        batch_op.create_index(
-            "ix_bookings_user_request_key", ["user", "request_key"], unique=True
-        )
+    for table in TABLES:
+        with op.batch_alter_table(table) as batch_op:
+            batch_op.add_column(sa.Column("request_key", sa.String(length=64), nullable=True))
+            batch_op.create_index(
+                f"ix_{table}_user_request_key", ["user", "request_key"], unique=True
+            )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("bookings") as batch_op:
-        batch_op.drop_index("ix_bookings_user_request_key")
-        batch_op.drop_column("request_key")
+    for table in TABLES:
+        with op.batch_alter_table(table) as batch_op:
+            batch_op.drop_index(f"ix_{table}_user_request_key")
+            batch_op.drop_column("request_key")
