@@ -63,6 +63,8 @@ class DatabaseOutages:
         self.walk = walk
         self.database = database
         self.pods = 0
+        #: the booking (request, headers) the last outage answered 503
+        self.unanswered: tuple[dict, dict] | None = None
 
     def outage(self) -> str:
         walk = self.walk
@@ -85,6 +87,7 @@ class DatabaseOutages:
             self.database.start()
         self.wait_until_back()
         walk.facts.outages[-1] = (down, now())
+        met.append(self.sent_again())
         if walk.driver.service_pid() != service:
             raise SoakFailure("the booking service exited during the database outage (the Hub "
                               "started another); it should have waited the outage out")
@@ -97,9 +100,13 @@ class DatabaseOutages:
         self.unavailable(walk.driver.booking.get("bookings", params={"user": user}),
                          "listing bookings")
         start = ceil_to_grid(now(), 1) + timedelta(minutes=1)
-        self.unavailable(walk.driver.booking.post("bookings", json={
-            "user": user, "pool": "a100", "gpus": 1, "start": format_time(start),
-            "end": format_time(start + timedelta(minutes=2))}), "booking")
+        # as the page does, the booking carries an Idempotency-Key: sent again once the
+        # database is back (sent_again), it books once
+        self.unanswered = ({"user": user, "pool": "a100", "gpus": 1, "start": format_time(start),
+                            "end": format_time(start + timedelta(minutes=2))},
+                           {"Idempotency-Key": f"outage-{walk.result.steps}"})
+        self.unavailable(walk.driver.booking.post("bookings", json=self.unanswered[0],
+                                                  headers=self.unanswered[1]), "booking")
         met = ["API 503"]
         free = [(name, key) for key in walk.free_servers() for name in ("gpu", "cpu")]
         walk.rng.shuffle(free)
@@ -111,6 +118,22 @@ class DatabaseOutages:
             met.append(self.cpu_start_served(*cpu))
         met.append(self.gpu_pod_refused())
         return met
+
+    def sent_again(self) -> str:
+        """The booking the outage refused, sent again twice with its key: the 503 made nothing,
+        so the first books (or is refused as any create may be) and the second answers the
+        same booking."""
+        request, key = self.unanswered
+        outcomes = {201: "booked", 409: "full", 403: "over a limit", 400: "start passed"}
+        first = self.walk.driver.booking.post("bookings", json=request, headers=key)
+        outcome = self.walk.answered(first, outcomes)
+        again = self.walk.driver.booking.post("bookings", json=request, headers=key)
+        self.walk.answered(again, outcomes)
+        if first.status_code == 201 and (again.status_code, again.json().get("id")) != (
+                201, first.json()["id"]):
+            raise SoakFailure(f"the booking refused by the outage, sent again twice, was answered "
+                              f"{first.json()['id']}, then {again.status_code} {again.text[:300]}")
+        return f"sent again: {outcome}"
 
     def unavailable(self, response: httpx.Response, what: str) -> None:
         try:
