@@ -483,6 +483,14 @@ REVISIONS.append(
     )
 )
 
+
+def like(revision: str, table: str, **changes) -> dict:
+    """The first row of ``table`` written at ``revision``, with ``changes``: a later revision's
+    row that differs in a few columns and the columns it adds."""
+    data = next(data for data in REVISIONS if data.revision == revision)
+    return {**data.rows[table][0], **changes}
+
+
 # 0007 adds bookings.request_key and waits.request_key, unique per user: the rows above have
 # none; two users' bookings and waits made with the same key
 REVISIONS.append(
@@ -490,59 +498,19 @@ REVISIONS.append(
         "0007",
         columns={"bookings": {"request_key": sa.String(64)}, "waits": {"request_key": sa.String(64)}},
         rows={
-            "waits": [
-                {
-                    "id": 3 + n,
-                    "user": user,
-                    "pool": "a100",
-                    "amount_num": 1,
-                    "amount_den": 1,
-                    "start": t("2030-02-11 09:00:00"),
-                    "latest_start": t("2030-02-11 15:00:00"),
-                    "minutes": 60,
-                    "priority": 0,
-                    "groups": [],
-                    "note": "",
-                    "state": "waiting",
-                    "booking_id": None,
-                    "created": t("2030-02-09 12:00:00"),
-                    "updated": t("2030-02-09 12:00:00"),
-                    "created_by": user,
-                    "request_key": "9e8d7c6b-5a4f-4e3d-8c2b-1a0f9e8d7c6b",
-                }
+            "bookings": [
+                like("0003", "bookings", id=7 + n, user=user, amount_den=4, slices=1,
+                     start=t("2030-02-10 09:00:00"), end=t("2030-02-10 10:00:00"), note="",
+                     gpu_indices=[n], slices_per_gpu_held=1, series_id=None,
+                     created=t("2030-02-09 12:00:00"), updated=t("2030-02-09 12:00:00"),
+                     request_key="3f2b9c1e-7d4a-4e8b-9a61-0c5d2e8f4b17")
                 for n, user in enumerate(("zoë", "bob"))
             ],
-            "bookings": [
-                {
-                    "id": 7 + n,
-                    "user": user,
-                    "pool": "t4",
-                    "slices": 1,
-                    "amount_num": 1,
-                    "amount_den": 4,
-                    "start": t("2030-02-10 09:00:00"),
-                    "end": t("2030-02-10 10:00:00"),
-                    "status": "booked",
-                    "note": "",
-                    "node": "node-c",
-                    "gpu_indices": [n],
-                    "slices_per_gpu_held": 1,
-                    "server": None,
-                    "claimed_at": None,
-                    "created": t("2030-02-09 12:00:00"),
-                    "updated": t("2030-02-09 12:00:00"),
-                    "groups": [],
-                    "released_end": None,
-                    "release_reason": None,
-                    "stopped_at": None,
-                    "warned_end": None,
-                    "stop_requested_at": None,
-                    "opportunistic": False,
-                    "series_id": None,
-                    "request_key": "3f2b9c1e-7d4a-4e8b-9a61-0c5d2e8f4b17",
-                }
+            "waits": [
+                like("0004", "waits", id=3 + n, user=user, created_by=user,
+                     request_key="9e8d7c6b-5a4f-4e3d-8c2b-1a0f9e8d7c6b")
                 for n, user in enumerate(("zoë", "bob"))
-            ]
+            ],
         },
     )
 )
