@@ -28,7 +28,9 @@ def taken_from(pool: Pool, others: Iterable[Booking], placement: Placement, star
     """When, in [start, end), ``others`` and ``maintenance`` first leave too few slices of
     ``placement``'s GPUs for it; None if they never do. GPUs the pool no longer has are not
     looked at (the caller refuses those first)."""
-    table = UsageTable(pool, others, start, end, maintenance)
+    # only bookings on its node can collide: the table of a busy pool's others costs far more
+    on_node = (b for b in others if b.placement is not None and b.placement.node == placement.node)
+    table = UsageTable(pool, on_node, start, end, maintenance)
     own = [g for g, (node, index) in enumerate(table.gpus)
            if node == placement.node and index in placement.gpus]
     for piece in range(table.pieces):
@@ -60,14 +62,12 @@ def room_for_extension(
     start, placement = booking.end, booking.placement
     others = [b for b in existing if b.id != booking.id and b.pool == pool.name
               and b.holds_capacity and b.placement is not None]
-    on_node = [b for b in others if b.placement.node == placement.node]  # all that can collide
-    if taken_from(pool, on_node, placement, start, end, maintenance) is None:
+    if taken_from(pool, others, placement, start, end, maintenance) is None:
         return ()
-    in_way = [b for b in on_node if _in_the_way(b, placement, start, end, now, known)]
+    in_way = [b for b in others if _in_the_way(b, placement, start, end, now, known)]
     moving = {id(b) for b in in_way}
     staying = [b for b in others if id(b) not in moving]
-    if not in_way or taken_from(pool, [b for b in on_node if id(b) not in moving], placement,
-                                start, end, maintenance) is not None:
+    if not in_way or taken_from(pool, staying, placement, start, end, maintenance) is not None:
         return None
     # the extended booking holds its GPUs like a started one while the others are placed
     # again: a server name makes it one that never moves (see is_movable)

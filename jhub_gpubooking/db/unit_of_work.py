@@ -152,10 +152,11 @@ class BookingChecks:
         return rows_connection(self.session)
 
     def overlapping(
-        self, pool: str, start: datetime, end: datetime
+        self, pool: str, start: datetime, end: datetime, node: str | None = None
     ) -> tuple[list[Booking], list[MaintenanceWindow]]:
-        """What holds capacity of ``pool`` in [start, end): see :func:`.queries.overlapping`."""
-        return overlapping(self.rows(), pool, start, end, self.store.now())
+        """What holds capacity of ``pool`` (of ``node`` only, if given) in [start, end): see
+        :func:`.queries.overlapping`."""
+        return overlapping(self.rows(), pool, start, end, self.store.now(), node)
 
     def check_rules(self, request: Booking, groups: Any, now: datetime, check: Callable,
                     others: list[Booking] | None = None) -> None:
@@ -259,8 +260,7 @@ class BookingChecks:
             )
         # only the node's bookings: the JupyterLab status asks this every 30 s and looks a week
         # ahead, where reading the whole pool cost a busy pool's service 200 ms a time
-        bookings, windows = overlapping(self.rows(), pool.name, booking.end, end,
-                                        self.store.now(), node=placement.node)
+        bookings, windows = self.overlapping(pool.name, booking.end, end, placement.node)
         others = [b for b in bookings if b.id != booking.id]
         return extension_room.taken_from(pool, others, placement, booking.end, end, windows)
 
