@@ -31,7 +31,7 @@ from ..core.model import Booking, Replacement, checked_text, parse_amount
 from ..core.next_free import naming_next_free
 from ..core.timegrid import as_utc
 from .next_free import earliest_free
-from .request_keys import checked_request_key, made_with_key
+from .request_keys import checked_request_key, made_with_key, refusal_unless_made
 from .unit_of_work import move_reach
 
 if TYPE_CHECKING:
@@ -79,18 +79,10 @@ def prepare(store: BookingStore, user: str, pool: str, gpus: Any, start: datetim
     pool_spec = store.pool(pool)
     amount = gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
     start, end, now = as_utc(start), as_utc(end), store.now()
-    started = None
-    try:
-        store.check_interval(start, end, now)
-    except InvalidRequest as refused:
-        if request_key is None:
-            raise
-        # sent again after its start passed, a create still answers the booking it made: it
-        # is refused only once the database says there is none (_place_once)
-        started = refused
+    request_key = checked_request_key(request_key)
+    started = refusal_unless_made(request_key, lambda: store.check_interval(start, end, now))
     pool_spec.amount_to_slices(amount)
     checked_text(note, "note")
-    request_key = checked_request_key(request_key)
     request = Booking(user=user, pool=pool, amount=amount, start=start, end=end, note=note,
                       groups=tuple(sorted(groups)))
     return NewBooking(request, tuple(store.pools_for_rules(pool, groups, is_admin)), is_admin,

@@ -16,6 +16,7 @@ create sent at once are written one after the other and the second finds the fir
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,20 @@ def checked_request_key(value: Any) -> str | None:
             "without spaces (a UUID, say)."
         )
     return value
+
+
+def refusal_unless_made(request_key: str | None, check: Callable[[], None]
+                        ) -> InvalidRequest | None:
+    """Run ``check`` (the grid, a start not yet passed); its refusal is raised, or with a key
+    returned: sent again after its start passed, a create still answers what it made, so it is
+    refused only once the look-up in its transaction finds nothing."""
+    try:
+        check()
+    except InvalidRequest as refused:
+        if request_key is None:
+            raise
+        return refused
+    return None
 
 
 def made_with_key(work: UnitOfWork, request: Booking, key: str) -> Booking | None:

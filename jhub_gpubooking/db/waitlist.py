@@ -32,7 +32,7 @@ from . import creates
 from .models import WaitRow
 from .next_free import NEXT_FREE_SEARCH_DAYS
 from .queries import page
-from .request_keys import checked_request_key, wait_with_key
+from .request_keys import checked_request_key, refusal_unless_made, wait_with_key
 from .store import BookingStore
 from .unit_of_work import UnitOfWork
 
@@ -105,14 +105,13 @@ class WaitStore:
         pool_spec.amount_to_slices(amount)
         start, end, now = as_utc(start), as_utc(end), store.now()
         window_end = end if window_end is None else as_utc(window_end)
-        request_key, started = checked_request_key(request_key), None
-        try:
+        request_key = checked_request_key(request_key)
+
+        def check_times() -> None:
             store.check_interval(start, end, now)
             store.check_interval(start, window_end, now)  # the window's end on the grid, too
-        except InvalidRequest as refused:
-            if request_key is None:
-                raise
-            started = refused  # sent again after its start passed: the wait it made answers
+
+        started = refusal_unless_made(request_key, check_times)
         if window_end < end:
             raise InvalidRequest("'window_end' must not be before 'end'.")
         if window_end - start > timedelta(days=NEXT_FREE_SEARCH_DAYS):

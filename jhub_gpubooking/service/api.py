@@ -84,6 +84,11 @@ class APIHandler(BaseHandler):
             raise refusal(403, f"Only the Hub's spawner or an administrator may {what}.")
         return principal
 
+    def request_key(self) -> str | None:
+        """The create's ``Idempotency-Key`` header: sent again after a lost answer, the create
+        answers what it made, as it is now (201); see :mod:`..db.request_keys`."""
+        return self.request.headers.get("Idempotency-Key")
+
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
@@ -243,8 +248,7 @@ class BookingsHandler(APIHandler):
             groups=groups,
             is_admin=principal.is_admin,
             actor=principal.name,
-            # sent again after a lost answer: the booking it made, answered as then (201)
-            request_key=self.request.headers.get("Idempotency-Key"),
+            request_key=self.request_key(),
         )
         self.set_header("Location", self.service_url("api/bookings", str(booking.id)))
         self.write_json(self.booking_model(booking), status=201)

@@ -157,8 +157,7 @@ class WaitsHandler(APIHandler):
             priority=waitlist.priority_for(groups),
             actor=principal.name,
             max_waiting=waitlist.max_waits_per_user,
-            # sent again after a lost answer: the wait it added, as it is now (201)
-            request_key=self.request.headers.get("Idempotency-Key"),
+            request_key=self.request_key(),
         )
         # capacity may already be free somewhere in the window: book it at once if so
         await waitlist.capacity_freed([wait.pool])
