@@ -31,7 +31,12 @@ from ..core.model import Booking, Replacement, checked_text, parse_amount
 from ..core.next_free import naming_next_free
 from ..core.timegrid import as_utc
 from .next_free import earliest_free
-from .request_keys import checked_request_key, made_with_key, refusal_unless_made
+from .request_keys import (
+    checked_request_key,
+    made_with_key,
+    refusal_unless_made,
+    tried_again_if_raced,
+)
 from .unit_of_work import move_reach
 
 if TYPE_CHECKING:
@@ -106,14 +111,16 @@ def create_all(store: BookingStore, creates: Sequence[NewBooking],
     locks = sorted({pool for create in creates for pool in create.locks})
     if len(creates) == 1:
         try:
-            outcomes = _write(store, locks, creates, _place, seconds)
+            outcomes = tried_again_if_raced(
+                creates[0].request_key, lambda: _write(store, locks, creates, _place, seconds))
         except BookingError as refused:  # its transaction rolled back
             outcomes = [refused]
     else:
         try:
             outcomes = _write(store, locks, creates, _place_or_refuse, seconds)
         except _MetAnError:
-            # rolled back, nothing was created: again, each under a savepoint of its own
+            # rolled back, nothing was created: again, each under a savepoint of its own (a
+            # keyed copy that raced one in another pool then finds it, as tried_again_if_raced)
             outcomes = _write(store, locks, creates, _place_on_its_own, seconds)
     return [_with_next_free(store, create, outcome) for create, outcome in zip(creates, outcomes)]
 

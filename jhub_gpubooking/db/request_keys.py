@@ -10,7 +10,9 @@ amount, start or end it is refused (422), as the IETF Idempotency-Key draft says
 the waitlist keeps its key with the wait in the same way.
 
 The look-up runs in the create's unit of work, under its pool's lock, so two copies of one
-create sent at once are written one after the other and the second finds the first.
+create sent at once are written one after the other and the second finds the first. Copies
+sent at once to two pools take two locks: the second to write meets the unique index instead,
+and is tried once more (:func:`tried_again_if_raced`), when its look-up finds the first.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..core.errors import InvalidRequest, KeyReused
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 _bookings = BookingRow.__table__
 _events = BookingEventRow.__table__
 _KEY = re.compile(rf"[!-~]{{1,{REQUEST_KEY_LENGTH}}}")  # visible ASCII: a header's safe part
+_T = TypeVar("_T")
 
 
 def checked_request_key(value: Any) -> str | None:
@@ -61,6 +65,19 @@ def refusal_unless_made(request_key: str | None, check: Callable[[], None]
             raise
         return refused
     return None
+
+
+def tried_again_if_raced(request_key: str | None, write: Callable[[], _T]) -> _T:
+    """``write()`` (a keyed create's or join's whole transaction), once more when it met the
+    unique (user, key) index: a copy with the same key, sent at once to another pool (another
+    lock), was committed between this one's look-up and its insert. The second try's look-up
+    finds it and answers as for any repeat (here always the 422: its pool differs)."""
+    try:
+        return write()
+    except IntegrityError:
+        if request_key is None:
+            raise
+        return write()  # rolled back: nothing of the first try is left
 
 
 def made_with_key(work: UnitOfWork, request: Booking, key: str) -> Booking | None:

@@ -32,7 +32,12 @@ from . import creates
 from .models import WaitRow
 from .next_free import NEXT_FREE_SEARCH_DAYS
 from .queries import page
-from .request_keys import checked_request_key, refusal_unless_made, wait_with_key
+from .request_keys import (
+    checked_request_key,
+    refusal_unless_made,
+    tried_again_if_raced,
+    wait_with_key,
+)
 from .store import BookingStore
 from .unit_of_work import UnitOfWork
 
@@ -122,34 +127,39 @@ class WaitStore:
         groups = tuple(sorted(groups))
         request = Booking(user=user, pool=pool, amount=amount, start=start, end=end,
                           note=note, groups=groups)
-        # with a key, two copies sent at once are written one after the other
-        with store.unit_of_work([pool] if request_key else []) as work:
-            if request_key is not None:
-                made = wait_with_key(work.session, user, request_key, (
-                    pool, amount, start, window_end - (end - start),
-                    (end - start) // timedelta(minutes=1)))
-                if made is not None:
-                    return wait_from_row(made)
-                if started is not None:
-                    raise started
-            # what the policy refuses now (length, how far ahead, pools) it would refuse later
-            work.check_rules(request, groups, now, booking_policy.check_booking)
-            if max_waiting is not None and self._waiting_count(work, user) >= max_waiting:
-                raise Conflict(
-                    f"You already have {max_waiting} requests on the waitlist; withdraw one "
-                    "before adding another."
+        latest_start, minutes = window_end - (end - start), (end - start) // timedelta(minutes=1)
+
+        def write() -> Wait:
+            # with a key, two copies sent at once are written one after the other
+            with store.unit_of_work([pool] if request_key else []) as work:
+                if request_key is not None:
+                    made = wait_with_key(work.session, user, request_key,
+                                         (pool, amount, start, latest_start, minutes))
+                    if made is not None:
+                        return wait_from_row(made)
+                    if started is not None:
+                        raise started
+                # what the policy refuses now (length, how far ahead, pools) it would refuse
+                # later
+                work.check_rules(request, groups, now, booking_policy.check_booking)
+                if max_waiting is not None and self._waiting_count(work, user) >= max_waiting:
+                    raise Conflict(
+                        f"You already have {max_waiting} requests on the waitlist; withdraw "
+                        "one before adding another."
+                    )
+                stamp = store.stamp()
+                row = WaitRow(
+                    user=user, pool=pool, amount_num=amount.numerator,
+                    amount_den=amount.denominator, start=start, latest_start=latest_start,
+                    minutes=minutes, priority=priority, groups=list(groups), note=note,
+                    state=WaitState.WAITING.value, created=stamp, updated=stamp,
+                    created_by=actor, request_key=request_key,
                 )
-            stamp = store.stamp()
-            row = WaitRow(
-                user=user, pool=pool, amount_num=amount.numerator, amount_den=amount.denominator,
-                start=start, latest_start=window_end - (end - start),
-                minutes=(end - start) // timedelta(minutes=1), priority=priority,
-                groups=list(groups), note=note, state=WaitState.WAITING.value,
-                created=stamp, updated=stamp, created_by=actor, request_key=request_key,
-            )
-            work.session.add(row)
-            work.session.flush()
-            return wait_from_row(row)
+                work.session.add(row)
+                work.session.flush()
+                return wait_from_row(row)
+
+        return tried_again_if_raced(request_key, write)
 
     def _waiting_count(self, work: UnitOfWork, user: str) -> int:
         return len(work.session.scalars(

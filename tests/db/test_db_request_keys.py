@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from fractions import Fraction
 
@@ -10,7 +11,9 @@ from db_test_times import at
 from sqlalchemy import func, select
 
 from jhub_gpubooking.core.errors import InvalidRequest, KeyReused, NoCapacity
+from jhub_gpubooking.db import creates, waitlist
 from jhub_gpubooking.db.models import BookingRow
+from jhub_gpubooking.db.waitlist import WaitStore
 
 KEY = "0b6f2c7e-1d2a-4c3b-8e9f-5a6b7c8d9e0f"
 
@@ -96,8 +99,6 @@ def test_sent_again_after_its_start_passed_it_still_answers_the_booking(store, c
 
 
 def test_a_join_of_the_waitlist_sent_again_answers_the_wait_it_added(store, clock):
-    from jhub_gpubooking.db.waitlist import WaitStore
-
     waits = WaitStore(store)
     store.create("bob", "a100", 2, at(12), at(13))
     store.create("bob", "a100", 4, at(12), at(13))  # the whole pool: the wait waits
@@ -114,3 +115,79 @@ def test_a_join_of_the_waitlist_sent_again_answers_the_wait_it_added(store, cloc
                       request_key=KEY).id == first.id
     with pytest.raises(InvalidRequest, match="is in the past"):
         waits.join("alice", "a100", 1, at(12), at(13), window_end=at(15), request_key="new")
+
+
+def first_look_misses(module, name: str, monkeypatch) -> list:
+    """``module.name`` (a look-up by key) finding nothing the first time, as when a copy sent
+    at once to another pool committed between this create's look-up and its insert."""
+    real, looks = getattr(module, name), []
+
+    def raced(*args):
+        looks.append(args)
+        return None if len(looks) == 1 else real(*args)
+
+    monkeypatch.setattr(module, name, raced)
+    return looks
+
+
+def test_a_copy_sent_at_once_to_another_pool_is_refused_not_an_error(store, monkeypatch):
+    first = store.create("alice", "a100", 1, at(10), at(11), request_key=KEY)
+    looks = first_look_misses(creates, "made_with_key", monkeypatch)
+    # its insert meets the unique index; tried again, the look-up finds the first
+    with pytest.raises(KeyReused, match=f"used for booking #{first.id}, made for other GPUs"):
+        store.create("alice", "t4", 1, at(10), at(11), request_key=KEY)
+    assert len(looks) == 2
+    assert bookings(store) == 1
+
+
+def test_a_join_sent_at_once_to_another_pool_is_refused_not_an_error(store, monkeypatch):
+    waits = WaitStore(store)
+    first = waits.join("alice", "a100", 1, at(12), at(13), request_key=KEY)
+    looks = first_look_misses(waitlist, "wait_with_key", monkeypatch)
+    with pytest.raises(KeyReused, match=f"used for wait #{first.id}, made for other GPUs"):
+        waits.join("alice", "t4", 1, at(12), at(13), request_key=KEY)
+    assert len(looks) == 2
+    assert [w.id for w in waits.list(user="alice")] == [first.id]
+
+
+def test_two_copies_racing_in_two_pools_make_one_booking_and_one_refusal(store, engine,
+                                                                         monkeypatch):
+    """Two threads, two pools (two locks), one key: on PostgreSQL and MariaDB both look up
+    before either inserts, the database's unique index lets one in, and the other is refused
+    as a reused key, not a 500. SQLite writes one transaction at a time (BEGIN IMMEDIATE): the
+    second looks up after the first committed, with the same outcome."""
+    racing = engine.dialect.name != "sqlite"
+    both_looked = threading.Barrier(2, timeout=60)
+    real, calls, lock = creates.made_with_key, [], threading.Lock()
+
+    def look_then_wait(*args):
+        found = real(*args)
+        with lock:
+            calls.append(found)
+            first_round = len(calls) <= 2
+        if racing and first_round:
+            both_looked.wait()
+        return found
+
+    monkeypatch.setattr(creates, "made_with_key", look_then_wait)
+    outcomes: dict[str, object] = {}
+
+    def create(pool: str) -> None:
+        try:
+            outcomes[pool] = store.create("alice", pool, 1, at(10), at(11), request_key=KEY)
+        except Exception as error:  # noqa: BLE001 (the outcome under test)
+            outcomes[pool] = error
+
+    threads = [threading.Thread(target=create, args=(pool,)) for pool in ("a100", "t4")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    made = [o for o in outcomes.values() if not isinstance(o, Exception)]
+    refused = [o for o in outcomes.values() if isinstance(o, Exception)]
+    assert len(made) == 1 and len(refused) == 1, outcomes
+    assert isinstance(refused[0], KeyReused), repr(refused[0])
+    assert f"used for booking #{made[0].id}" in refused[0].message
+    # the loser's second look-up raised the 422; on SQLite its first one did
+    assert calls == ([None, None] if racing else [None])
+    assert bookings(store) == 1
