@@ -20,6 +20,7 @@ from traitlets import Float
 from traitlets.config import LoggingConfigurable
 
 from ..client import BookingClient, BookingRefused, BookingServiceUnavailable
+from ..core.errors import InvalidRequest
 from ..core.timegrid import format_time, parse_time
 from .environment import LabSettings
 from .status import NOT_BOOKED, UNAVAILABLE_MESSAGE, booked_status, unavailable_status
@@ -85,13 +86,17 @@ class GPUBookingLabClient(LoggingConfigurable):
             self.log.error("GPU booking service gave an unexpected answer: %r", error)
             return unavailable_status(settings, _now(), UNAVAILABLE_MESSAGE)
 
-    async def extend(self, minutes: int) -> dict:
-        """Move the booking's end ``minutes`` later than it is now, then the new status.
-        Raises :class:`BookingRefused` / :class:`BookingServiceUnavailable`."""
+    async def extend(self, minutes: int, from_end: datetime | None = None) -> dict:
+        """Move the booking's end to ``minutes`` after ``from_end`` (the end the user saw when
+        they clicked; default: its end now), then the new status. Sent again after its answer
+        was lost, it finds the end already there and changes nothing: an extension is made
+        once. Raises :class:`BookingRefused` / :class:`BookingServiceUnavailable`."""
         booking_id = self.settings.booking_id
-        current = (await self.client().extension(booking_id))["booking"]
-        end = parse_time(current["end"], "end") + timedelta(minutes=minutes)
-        await self.client().change_end(booking_id, format_time(end))
+        current = parse_time(
+            (await self.client().extension(booking_id))["booking"]["end"], "end")
+        end = (from_end or current) + timedelta(minutes=minutes)
+        if current < end:  # not yet there (an extension made elsewhere may have gone further)
+            await self.client().change_end(booking_id, format_time(end))
         return await self.status()
 
 
@@ -120,9 +125,10 @@ class ExtendHandler(StatusHandler):
             return self.refuse(409, "This server runs without a GPU booking, so there is "
                                     "nothing to extend.")
         try:
-            minutes = json.loads(self.request.body or b"{}").get("minutes")
+            body = json.loads(self.request.body or b"{}")
+            minutes, from_end = body.get("minutes"), body.get("from_end")
         except (ValueError, AttributeError):
-            minutes = None
+            minutes, from_end = None, None
         if isinstance(minutes, bool) or not isinstance(minutes, int) or not (
             0 < minutes <= MAX_EXTEND_MINUTES
         ):
@@ -130,7 +136,11 @@ class ExtendHandler(StatusHandler):
                 400, f"'minutes' must be a whole number from 1 to {MAX_EXTEND_MINUTES}."
             )
         try:
-            self.finish(json.dumps(await self.lab_client.extend(minutes)))
+            from_end = None if from_end is None else parse_time(from_end, "from_end")
+        except InvalidRequest as refused:
+            return self.refuse(400, refused.message)
+        try:
+            self.finish(json.dumps(await self.lab_client.extend(minutes, from_end)))
         except BookingRefused as refused:
             self.refuse(refused.status, refused.message)
         except BookingServiceUnavailable as error:

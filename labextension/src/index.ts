@@ -233,11 +233,12 @@ class BookingWatcher {
         const label = extendLabel(status.extension);
         if (label) {
           const minutes = status.extension.minutes;
+          const shownEnd = status.booking.end;
           actions.push({
             label,
             caption: 'The largest extension the policy and free GPUs allow right now',
             displayType: 'accent',
-            callback: () => void this.extend(minutes)
+            callback: () => void this.extend(minutes, shownEnd)
           });
         }
         actions.push(openBookings);
@@ -278,11 +279,15 @@ class BookingWatcher {
     }
   }
 
-  private async extend(minutes: number): Promise<void> {
+  /**
+   * Extend to ``minutes`` after ``fromEnd``, the end shown when the user clicked: a click sent
+   * again after its answer was lost finds that end already reached and extends nothing more.
+   */
+  private async extend(minutes: number, fromEnd: string): Promise<void> {
     try {
       const status = await request(this.settings, 'extend', {
         method: 'POST',
-        body: JSON.stringify({ minutes })
+        body: JSON.stringify({ minutes, from_end: fromEnd })
       });
       if (status.booked) {
         this.dismiss(this.warningId);

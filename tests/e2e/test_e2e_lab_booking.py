@@ -104,7 +104,11 @@ def test_jupyterlab_warns_before_the_end_and_extends_the_booking(driver, page):
     dismiss_news_prompt(page)
     screenshot(page, "jupyterlab-booking")
 
-    extend.click()
+    # (JupyterLab adds a cache-busting query to the URL)
+    with page.expect_request(re.compile(r"/gpu-booking/extend(\?|$)")) as sent:
+        extend.click()
+    # the end it showed goes with the click: sent again after a lost answer, it extends once
+    assert sent.value.post_data_json["from_end"] == format_time(old_end)
     page.locator(TOAST, has_text="Booking extended").wait_for(timeout=30_000)
     new_end = parse_time(driver.get_booking(booking["id"])["end"])
     assert new_end > old_end + timedelta(minutes=5)

@@ -188,6 +188,31 @@ async def test_a_booked_server_shows_and_extends_its_booking(service, booked_ser
         assert (await anonymous.get("gpu-booking/status")).status_code == 403
 
 
+async def test_an_extension_sent_again_after_its_answer_was_lost_is_made_once(
+        service, booked_server):
+    """The labextension sends the end it showed: a second click after a lost answer finds the
+    end already there and extends nothing more."""
+    shown = service.booking["end"]
+    wanted = format_time(parse_time(shown) + timedelta(minutes=30))
+    async with httpx.AsyncClient(base_url=booked_server, headers=auth()) as lab:
+        answers = [await lab.post("gpu-booking/extend", json={"minutes": 30, "from_end": shown})
+                   for _ in range(2)]
+        assert [a.status_code for a in answers] == [200, 200], answers[-1].text
+        assert [a.json()["booking"]["end"] for a in answers] == [wanted, wanted]
+        patches = [r for r in service.requests if r[0] == "PATCH"]
+        assert patches == [("PATCH", PREFIX + "api/bookings/11", {"end": wanted})]
+
+        # extended further elsewhere meanwhile (the page): nothing is taken back
+        service.booking["end"] = format_time(parse_time(wanted) + timedelta(minutes=15))
+        again = await lab.post("gpu-booking/extend", json={"minutes": 30, "from_end": shown})
+        assert again.json()["booking"]["end"] == service.booking["end"]
+        assert len([r for r in service.requests if r[0] == "PATCH"]) == 1
+
+        bad = await lab.post("gpu-booking/extend", json={"minutes": 30, "from_end": "soon"})
+        assert bad.status_code == 400
+        assert bad.json()["message"].startswith("'from_end' is not a valid ISO 8601 time")
+
+
 async def test_a_cpu_server_is_not_booked(service, tmp_path):
     url, process = await start_jupyter_server(tmp_path, {})
     try:
