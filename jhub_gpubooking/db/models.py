@@ -142,6 +142,10 @@ class BookingSeriesRow(Base):
     """A daily or weekly series of bookings, created and cancelled together."""
 
     __tablename__ = "booking_series"
+    __table_args__ = (
+        # a series sent again after its answer was lost finds the series it made (0008)
+        Index("ix_booking_series_user_request_key", "user", "request_key", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     user: Mapped[str] = mapped_column(String(NAME_LENGTH))
@@ -150,6 +154,8 @@ class BookingSeriesRow(Base):
     note: Mapped[str] = mapped_column(Text, default="")
     created: Mapped[datetime] = mapped_column(UTCDateTime)
     created_by: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    # --- (migration 0008) the Idempotency-Key its create was sent with, unique per user
+    request_key: Mapped[str | None] = mapped_column(String(REQUEST_KEY_LENGTH))
 
 
 class UsageIntervalRow(Base):

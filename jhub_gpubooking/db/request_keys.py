@@ -7,7 +7,8 @@ same key, the create answers the booking it made instead of booking a second tim
 refused by the user's own first booking). The key is kept with the booking, unique per user;
 another user's key is never looked at. A key names one create: sent with a different pool,
 amount, start or end it is refused (422), as the IETF Idempotency-Key draft says. A join of
-the waitlist keeps its key with the wait in the same way.
+the waitlist keeps its key with the wait in the same way, and a recurring series with the
+series (migration 0008).
 
 The look-up runs in the create's unit of work, under its pool's lock, so two copies of one
 create sent at once are written one after the other and the second finds the first. Copies
@@ -30,7 +31,7 @@ from ..core.errors import InvalidRequest, KeyReused
 from ..core.model import Booking
 from ..core.timegrid import as_utc, format_time
 from .convert import booking_from_row
-from .models import REQUEST_KEY_LENGTH, BookingEventRow, BookingRow, WaitRow
+from .models import REQUEST_KEY_LENGTH, BookingEventRow, BookingRow, BookingSeriesRow, WaitRow
 
 if TYPE_CHECKING:
     from .unit_of_work import UnitOfWork
@@ -110,6 +111,26 @@ def wait_with_key(session: Session, user: str, key: str, asked: tuple) -> WaitRo
             as_utc(row.latest_start), row.minutes)
     if made != asked:
         raise _reused("wait", row.id)
+    return row
+
+
+def series_with_key(session: Session, user: str, key: str, asked: tuple
+                    ) -> BookingSeriesRow | None:
+    """The series ``user`` booked with ``key``; None if there is none. Refuses (422) when it
+    was for another (pool, repeat, occurrences) than ``asked``, its occurrences as
+    ``(amount, start, end)`` texts in time order, compared as each was made."""
+    row = session.scalars(select(BookingSeriesRow).where(
+        BookingSeriesRow.user == user, BookingSeriesRow.request_key == key)).one_or_none()
+    if row is None:
+        return None
+    details = session.scalars(
+        select(BookingEventRow.detail).join(BookingRow, BookingRow.id == BookingEventRow.booking_id)
+        .where(BookingRow.series_id == row.id, BookingEventRow.kind == "created")
+        .order_by(BookingRow.start, BookingRow.id))
+    made = (row.pool, row.repeat,
+            tuple((d.get("gpus"), d.get("start"), d.get("end")) for d in details))
+    if made != asked:
+        raise _reused("series", row.id)
     return row
 
 

@@ -3,7 +3,8 @@
 Every occurrence goes through the store's own checks and placement
 (:meth:`.unit_of_work.UnitOfWork.place`) inside one unit of work holding the pool's lock, so occurrences
 count against each other (``max_bookings``, budgets, capacity) exactly as separate bookings
-would, and a refused series leaves nothing behind.
+would, and a refused series leaves nothing behind. A series sent again with its
+Idempotency-Key answers the series it booked (:mod:`.request_keys`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from ..core.recurrence import Occurrence
 from ..core.timegrid import as_utc, format_time
 from .convert import booking_from_row
 from .models import BookingRow, BookingSeriesRow
+from .request_keys import (
+    checked_request_key,
+    refusal_unless_made,
+    series_with_key,
+    tried_again_if_raced,
+)
 from .store import BookingStore
 
 
@@ -77,39 +84,60 @@ def create_series(
     groups: Any = (),
     is_admin: bool = False,
     actor: str | None = None,
+    request_key: str | None = None,
 ) -> Series:
-    """Book every occurrence or none; raises :class:`SeriesRefused` (409) listing the misfits."""
+    """Book every occurrence or none; raises :class:`SeriesRefused` (409) listing the misfits.
+    With ``request_key``, the series this user booked with the same key, if any, as it is now
+    (422 when it was for another pool, repeat or occurrences)."""
     pool_spec = store.pool(pool)
     amount = gpus if isinstance(gpus, Fraction) else parse_amount(gpus)
     pool_spec.amount_to_slices(amount)
     checked_text(note, "note")
     if not occurrences:
         raise InvalidRequest("This series has no occurrences.")
+    request_key = checked_request_key(request_key)
     now = store.now()
-    for occurrence in occurrences:
-        store.check_interval(occurrence.start, occurrence.end, now)
-    groups = tuple(sorted(groups))
-    with store.unit_of_work(store.pools_for_rules(pool, groups, is_admin)) as work:
-        series_row = BookingSeriesRow(
-            user=user, pool=pool, repeat=repeat, note=note, created=store.stamp(),
-            created_by=actor or user,
-        )
-        work.session.add(series_row)
-        work.session.flush()
-        refusals, bookings = [], []
+
+    def check_times() -> None:
         for occurrence in occurrences:
-            request = Booking(
-                user=user, pool=pool, amount=amount, start=occurrence.start,
-                end=occurrence.end, note=note, groups=groups, series_id=series_row.id,
+            store.check_interval(occurrence.start, occurrence.end, now)
+
+    started = refusal_unless_made(request_key, check_times)
+    groups = tuple(sorted(groups))
+    asked = (pool, repeat, tuple((str(amount), format_time(o.start), format_time(o.end))
+                                 for o in sorted(occurrences, key=lambda o: o.start)))
+
+    def write() -> Series:
+        with store.unit_of_work(store.pools_for_rules(pool, groups, is_admin)) as work:
+            if request_key is not None:
+                made = series_with_key(work.session, user, request_key, asked)
+                if made is not None:
+                    rows = _occurrence_rows(work.session, made.id)
+                    return _series(made, [booking_from_row(row) for row in rows])
+                if started is not None:
+                    raise started
+            series_row = BookingSeriesRow(
+                user=user, pool=pool, repeat=repeat, note=note, created=store.stamp(),
+                created_by=actor or user, request_key=request_key,
             )
-            try:
-                bookings.append(work.place(request, groups, is_admin, now, actor or user))
-            except BookingError as refused:
-                refusals.append(Refusal(occurrence, refused.status, refused.message))
-        if refusals:
-            # leaving the block with an exception rolls back every occurrence already placed
-            raise SeriesRefused(refusals, len(occurrences))
-        return _series(series_row, bookings)
+            work.session.add(series_row)
+            work.session.flush()
+            refusals, bookings = [], []
+            for occurrence in occurrences:
+                request = Booking(
+                    user=user, pool=pool, amount=amount, start=occurrence.start,
+                    end=occurrence.end, note=note, groups=groups, series_id=series_row.id,
+                )
+                try:
+                    bookings.append(work.place(request, groups, is_admin, now, actor or user))
+                except BookingError as refused:
+                    refusals.append(Refusal(occurrence, refused.status, refused.message))
+            if refusals:
+                # leaving the block with an exception rolls back every occurrence placed
+                raise SeriesRefused(refusals, len(occurrences))
+            return _series(series_row, bookings)
+
+    return tried_again_if_raced(request_key, write)
 
 
 def get_series(store: BookingStore, series_id: int) -> Series:

@@ -62,7 +62,7 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
     with store.unit_of_work() as work:
         session = work.session
         ids = session.scalars(select(BookingRow.id).where(BookingRow.user == old)).all()
-        # their (and their waits') Idempotency-Keys go: no create is sent again under the old
+        # their (and their series' and waits') Idempotency-Keys go: no create is sent again under the old
         # name, and one of ``new``'s own may carry the same key (unique per user)
         session.execute(update(BookingRow).where(BookingRow.user == old)
                         .values(user=new, updated=at, request_key=None))
@@ -74,7 +74,7 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
             ])
         # an UPDATE's rowcount is the rows it matched, on every backend SQLAlchemy supports
         series = session.execute(update(BookingSeriesRow).where(BookingSeriesRow.user == old)
-                                 .values(user=new)).rowcount
+                                 .values(user=new, request_key=None)).rowcount
         waits = session.execute(update(WaitRow).where(WaitRow.user == old)
                                 .values(user=new, updated=at, request_key=None)).rowcount
         old_link, new_link = session.get(FeedTokenRow, old), session.get(FeedTokenRow, new)

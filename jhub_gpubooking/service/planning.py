@@ -158,6 +158,7 @@ class SeriesListHandler(APIHandler):
                 groups=principal.groups if user == principal.name else (),
                 is_admin=principal.is_admin,
                 actor=principal.name,
+                request_key=self.request_key(),
             )
         except SeriesRefused as refused:
             self.write_json(

@@ -515,6 +515,18 @@ REVISIONS.append(
     )
 )
 
+# 0008 adds booking_series.request_key, unique per user: the series above has none; two users'
+# series booked with the same key
+REVISIONS.append(RevisionData(
+    "0008",
+    columns={"booking_series": {"request_key": sa.String(64)}},
+    rows={"booking_series": [
+        like("0003", "booking_series", id=2 + n, user=user, created_by=user,
+             created=t("2030-02-09 13:00:00"), request_key="5c4b3a29-1807-4f6e-9d5c-4b3a29180716")
+        for n, user in enumerate(("zoë", "bob"))
+    ]},
+))
+
 REVISION_IDS = [data.revision for data in REVISIONS]
 
 

@@ -11,7 +11,8 @@ from db_test_times import at
 from sqlalchemy import func, select
 
 from jhub_gpubooking.core.errors import InvalidRequest, KeyReused, NoCapacity
-from jhub_gpubooking.db import creates, waitlist
+from jhub_gpubooking.core.recurrence import occurrences
+from jhub_gpubooking.db import creates, series, waitlist
 from jhub_gpubooking.db.models import BookingRow
 from jhub_gpubooking.db.waitlist import WaitStore
 
@@ -191,3 +192,54 @@ def test_two_copies_racing_in_two_pools_make_one_booking_and_one_refusal(store, 
     # the loser's second look-up raised the 422; on SQLite its first one did
     assert calls == ([None, None] if racing else [None])
     assert bookings(store) == 1
+
+
+def weekly(count: int, hour: int = 10) -> list:
+    return occurrences(at(hour), at(hour + 1), "weekly", count=count, max_occurrences=26)
+
+
+def test_a_series_sent_again_answers_the_series_it_booked(make_store, clock):
+    # one booking at a time per week would refuse every occurrence of a second copy
+    store = make_store(default_policy={"max_bookings": 3})
+    first = series.create_series(store, "alice", "t4", "0.25", weekly(3), "weekly",
+                                 request_key=KEY)
+    store.change_end(first.bookings[0].id, at(12), actor="alice")
+    again = series.create_series(store, "alice", "t4", "0.25", weekly(3), "weekly",
+                                 request_key=KEY)
+    assert again.id == first.id
+    assert [b.id for b in again.bookings] == [b.id for b in first.bookings]
+    assert again.bookings[0].end == at(12)  # as it is now
+    assert bookings(store) == 3
+    clock.advance(timedelta(hours=1, minutes=30))  # the first occurrence has started
+    assert series.create_series(store, "alice", "t4", "0.25", weekly(3), "weekly",
+                                request_key=KEY).id == first.id
+    with pytest.raises(InvalidRequest, match="is in the past"):
+        series.create_series(store, "alice", "t4", "0.25", weekly(3), "weekly",
+                             request_key="another")
+
+
+@pytest.mark.parametrize("other", [
+    ("a100", 1, weekly(3), "weekly"),     # another pool
+    ("t4", "0.5", weekly(3), "weekly"),   # another amount
+    ("t4", "0.25", weekly(2), "weekly"),  # other occurrences
+    ("t4", "0.25", weekly(3, hour=12), "weekly"),
+])
+def test_a_series_key_sent_with_another_series_is_refused(store, other):
+    first = series.create_series(store, "alice", "t4", "0.25", weekly(3), "weekly",
+                                 request_key=KEY)
+    with pytest.raises(KeyReused, match=f"used for series #{first.id}, made for other GPUs"):
+        series.create_series(store, "alice", *other, request_key=KEY)
+    assert bookings(store) == 3
+
+
+def test_a_refused_series_keeps_no_key_and_a_race_is_a_refusal(store, monkeypatch):
+    blocker = store.create("bob", "t4", 2, at(10, days=7), at(11, days=7))  # the 2nd week
+    with pytest.raises(series.SeriesRefused):
+        series.create_series(store, "alice", "t4", 1, weekly(3), "weekly", request_key=KEY)
+    store.cancel(blocker.id, actor="bob")
+    made = series.create_series(store, "alice", "t4", 1, weekly(3), "weekly", request_key=KEY)
+    looks = first_look_misses(series, "series_with_key", monkeypatch)
+    with pytest.raises(KeyReused, match=f"used for series #{made.id}"):
+        series.create_series(store, "alice", "a100", 1, weekly(3), "weekly", request_key=KEY)
+    assert len(looks) == 2
+    assert bookings(store) == 4

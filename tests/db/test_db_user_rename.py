@@ -53,8 +53,10 @@ def test_bookings_made_with_the_same_idempotency_key_under_both_names_are_merged
     kept = store.create("john.doe", "a100", 1, at(15), at(16), request_key="1")
     for user in ("jdoe", "john.doe"):
         WaitStore(store).join(user, "t4", 1, at(14), at(15), request_key="2")
-    assert rename_user(store, "jdoe", "john.doe") == Renamed(1, 0, 1, "none")
-    assert len(store.list(user="john.doe")) == 2
+        daily = occurrences(at(16), at(17), "daily", count=2, max_occurrences=10)
+        create_series(store, user, "t4", "0.25", daily, "daily", request_key="3")
+    assert rename_user(store, "jdoe", "john.doe") == Renamed(3, 1, 1, "none")
+    assert len(store.list(user="john.doe")) == 6
     # the new name's own key still answers its create sent again
     assert store.create("john.doe", "a100", 1, at(15), at(16), request_key="1") == kept
 

@@ -81,3 +81,21 @@ def test_series_are_for_series_groups_and_cancel_as_a_whole(hub):
         assert [b["state"] for b in cancelled.json()["bookings"]] == ["cancelled"] * 3
     with hub.api(hub.user_token("ada")) as ada:
         assert ada.get(f"api/series/{body['id']}").status_code == 404
+
+
+def test_a_series_sent_again_with_its_idempotency_key_answers_the_series_it_booked(hub):
+    series = {"pool": "shared", "gpus": "1/4", "repeat": "weekly", "count": 2, **slot(40)}
+    key = {"Idempotency-Key": "8f7e6d5c-4b3a-4291-8807-f6e5d4c3b2a1"}
+    with hub.api(hub.user_token("carol")) as carol:
+        first = carol.post("api/series", json=series, headers=key)
+        again = carol.post("api/series", json=series, headers=key)
+        for response in (first, again):
+            assert response.status_code == 201, response.text
+            assert response.headers["Location"].endswith(f"api/series/{first.json()['id']}")
+        assert again.json() == first.json()
+        other = carol.post("api/series", json={**series, "count": 3}, headers=key)
+        assert (other.status_code, other.json()["message"]) == (422, (
+            f"This Idempotency-Key was used for series #{first.json()['id']}, made for other "
+            "GPUs or times; send a new key for a new series."))
+        mine = carol.get("api/bookings").json()["bookings"]
+        assert len([b for b in mine if b["series_id"] == first.json()["id"]]) == 2

@@ -3,6 +3,8 @@ real Hub (helpers in page_browser.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from page_browser import (
     LocalWindows,
@@ -53,3 +55,30 @@ def test_weekly_series_from_the_form_shows_badges_budget_and_cancels_as_a_whole(
     assert page.locator("#gb-mine-feedback").inner_text() == f"Series {series_id} is cancelled."
     states = {b["state"] for b in api_bookings(hub, "ada").values() if b["series_id"] == series_id}
     assert states == {"cancelled"}
+
+
+def test_a_series_sent_again_after_its_answer_was_lost_is_booked_once(hub, context):
+    page = open_page(context, hub, "ada")
+    start, end = windows.next()
+    fill_booking_form(page, "shared", "1/4 GPU", start, end, note="lost series")
+    page.select_option("#gb-repeat", "weekly")
+    page.fill("#gb-repeat-count", "2")
+    lost = []
+
+    def lose_the_first_answer(route):
+        if route.request.method != "POST" or lost:
+            route.continue_()
+            return
+        lost.append(route.fetch().status)  # the service books both weeks ...
+        route.abort("connectionreset")  # ... and its answer never reaches the page
+
+    page.route(re.compile(r".*/api/series$"), lose_the_first_answer)
+    page.click("#gb-book-button")
+    page.locator("#gb-form-feedback.alert-danger").wait_for()
+    assert lost == [201]
+    page.click("#gb-book-button")  # tried again, as the page says
+    feedback = page.locator("#gb-form-feedback.alert-success")
+    feedback.wait_for()
+    series = [b for b in api_bookings(hub, "ada").values() if b["note"] == "lost series"]
+    assert len(series) == 2 and len({b["series_id"] for b in series}) == 1
+    assert feedback.inner_text() == f"Booked 2 occurrences of series {series[0]['series_id']}."

@@ -120,7 +120,7 @@ async function submitBooking() {
   const request = { pool: pool.name, gpus, start: toUtcIso(start), end: toUtcIso(end), note: $("gb-note").value };
   const series = seriesChoice();
   if (series) {
-    await act(box, () => api("POST", "series", { ...request, ...series }),
+    await act(box, () => createOnce("series", { ...request, ...series }),
       (created) => `Booked ${plural(created.bookings.length, "occurrence")} of series ${created.id}.`);
     return;
   }
