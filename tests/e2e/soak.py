@@ -57,6 +57,7 @@ from soak_outage import BACK_WITHIN_SECONDS, DatabaseOutages, StoppableDatabase 
 from soak_pods import GATED, OutsidePods  # noqa: E402
 from soak_refusals import Refused  # noqa: E402
 from soak_resends import RESEND, Resends  # noqa: E402
+from soak_series import Series  # noqa: E402
 
 USERS = ("u0", "u1", "u2", "u3", "u4")
 SERVER_NAMES = ("", "gpu")
@@ -140,7 +141,7 @@ class Walk:
         self.outside = OutsidePods(self, AMOUNTS)
         self.outages = None if database is None else DatabaseOutages(self, database)
         self.backups, self.refused = Backups(self), Refused(self)
-        self.resends = Resends(self, seed)
+        self.resends, self.series = Resends(self, seed), Series(self, seed)
         # what interrupts the walk comes at seeded steps of its middle
         span = range(actions // 5, max(actions * 4 // 5, actions // 5 + 1))
         self.interruptions = {step: "restart service"
@@ -282,6 +283,8 @@ class Walk:
         request = {"user": self.rng.choice(USERS), "pool": pool,
                    "gpus": self.rng.choice(AMOUNTS[pool]),
                    "start": format_time(start), "end": format_time(end)}
+        if self.series.wants():
+            return self.series.act(request)
         if self.resends.rng.random() < RESEND:
             return self.resends.book_twice(request)
         response = self.driver.booking.post("bookings", json=request)

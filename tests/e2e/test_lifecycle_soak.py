@@ -19,6 +19,7 @@ from e2e_harness import E2E_LOGS
 from soak import SoakResult, run_soak
 from soak_backup import SCHEDULED_CHECK
 from soak_resends import RESENT_CHECK
+from soak_series import SERIES_CHECK
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +38,8 @@ def assert_walked(result: SoakResult, actions: int) -> None:
         "one pod per booking", "no GPU pod without an active booking",
         "servers stop only when their booking ends", "no instant overbooked",
         "pod claims end with their pod", "accounting identity",
-        "maintenance windows stay free", "nothing is lost", SCHEDULED_CHECK, RESENT_CHECK))
+        "maintenance windows stay free", "nothing is lost", SCHEDULED_CHECK, RESENT_CHECK,
+        SERIES_CHECK))
     # pods made outside the Hub were admitted on their owner's booking, not only refused
     assert result.webhook["admitted"] > 0
 
