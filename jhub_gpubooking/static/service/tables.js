@@ -59,11 +59,15 @@ function bookingRow(booking, { showUser, cancelLabel, box, reasons }) {
 
 function extendControls(booking, box) {
   const end = parseUtc(booking.end);
+  // the next point of the grid: one slot on, or less for a booking made before the admin
+  // made the grid coarser (its end is off the new grid, which the service would refuse)
+  const nextEnd = floorSlot(end) + SLOT_MS;
+  const minutes = Math.round((nextEnd - end) / 60_000);
   const plusSlot = el("button", {
     type: "button", class: "btn btn-sm btn-outline-secondary",
-    "aria-label": `Extend booking ${booking.id} by ${config.slotMinutes} minutes`,
-    onclick: oneAtATime(() => changeEnd(booking, end + SLOT_MS, box)),
-  }, `+${config.slotMinutes} min`);
+    "aria-label": `Extend booking ${booking.id} by ${minutes} minutes`,
+    onclick: oneAtATime(() => changeEnd(booking, nextEnd, box)),
+  }, `+${minutes} min`);
   const input = el("input", {
     type: "datetime-local", class: "form-control form-control-sm", required: true,
     value: toLocalInput(end + HOUR_MS), id: `gb-new-end-${booking.id}`, onchange: snapInput,
