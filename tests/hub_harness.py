@@ -408,3 +408,16 @@ def wait_for(condition, what: str, hub, timeout: float = 150) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting until {what}; log:\n{hub.service_log()[-3000:]}")
+
+
+def sent_twice(client: httpx.Client, path: str, body: dict, key: str) -> httpx.Response:
+    """POST ``body`` to ``path`` twice with one Idempotency-Key, as a client whose first answer
+    was lost; checks that both answers are the same 201 (its Location included) and returns
+    the first."""
+    first, again = (client.post(path, json=body, headers={"Idempotency-Key": key})
+                    for _ in range(2))
+    for response in (first, again):
+        assert response.status_code == 201, response.text
+        assert response.headers["Location"].endswith(f"{path}/{first.json()['id']}")
+    assert again.json() == first.json()
+    return first

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
-from hub_harness import RunningHub, start_booking_hub
+from hub_harness import RunningHub, sent_twice, start_booking_hub
 from icalendar import Calendar
 from server_databases import new_database, skip_unless_reachable
 from test_service_wire_openapi import validator
@@ -217,12 +217,7 @@ def test_a_create_sent_again_with_its_idempotency_key_answers_the_booking_it_mad
     start, end = windows.next()
     body = {"pool": "a100", "gpus": 1, "start": start, "end": end}
     key = {"Idempotency-Key": "4d1c9a2e-5b7f-4e3d-8a6c-1f2e3d4c5b6a"}
-    first = ada.post("api/bookings", json=body, headers=key)
-    again = ada.post("api/bookings", json=body, headers=key)
-    for response in (first, again):
-        assert response.status_code == 201, response.text
-        assert response.headers["Location"].endswith(f"api/bookings/{first.json()['id']}")
-    assert again.json() == first.json()
+    first = sent_twice(ada, "api/bookings", body, key["Idempotency-Key"])
     # another user's key is their own
     assert bob.post("api/bookings", json=body, headers=key).json()["id"] != first.json()["id"]
     message = error(ada.post("api/bookings", json={**body, "gpus": 2}, headers=key), 422)
@@ -478,17 +473,12 @@ def test_a_refused_request_waits_and_is_booked_when_a_booking_is_cancelled(hub):
     blocking = [client(hub, user).post("api/bookings", json=body).json() for user in ("ada", "carol")]
     bob = client(hub, "bob")
     assert bob.post("api/bookings", json=body).status_code == 409
-    key = {"Idempotency-Key": "wait-1"}
-    joined = bob.post("api/waits", json={**body, "note": "waiting"}, headers=key)
-    assert joined.status_code == 201, joined.text
-    wait = joined.json()
     # sent again (its answer was lost): the same wait, not a second one
-    again = bob.post("api/waits", json={**body, "note": "waiting"}, headers=key)
-    assert (again.status_code, again.json()) == (201, wait)
-    assert "used for wait" in error(bob.post("api/waits", json={**body, "gpus": 1}, headers=key),
-                                    422)
+    wait = sent_twice(bob, "api/waits", {**body, "note": "waiting"}, "wait-1").json()
+    assert "used for wait" in error(
+        bob.post("api/waits", json={**body, "gpus": 1}, headers={"Idempotency-Key": "wait-1"}),
+        422)
     assert (wait["state"], wait["latest_start"], wait["minutes"]) == ("waiting", start, 120)
-    assert joined.headers["Location"].endswith(f"api/waits/{wait['id']}")
     assert client(hub, "ada").get(f"api/waits/{wait['id']}").status_code == 404
     assert client(hub, "ada").delete(f"api/bookings/{blocking[0]['id']}").status_code == 200
     # the cancel served the waitlist before it answered

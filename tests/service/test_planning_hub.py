@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hub_harness import start_booking_hub
+from hub_harness import sent_twice, start_booking_hub
 
 from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
 
@@ -87,12 +87,7 @@ def test_a_series_sent_again_with_its_idempotency_key_answers_the_series_it_book
     series = {"pool": "shared", "gpus": "1/4", "repeat": "weekly", "count": 2, **slot(40)}
     key = {"Idempotency-Key": "8f7e6d5c-4b3a-4291-8807-f6e5d4c3b2a1"}
     with hub.api(hub.user_token("carol")) as carol:
-        first = carol.post("api/series", json=series, headers=key)
-        again = carol.post("api/series", json=series, headers=key)
-        for response in (first, again):
-            assert response.status_code == 201, response.text
-            assert response.headers["Location"].endswith(f"api/series/{first.json()['id']}")
-        assert again.json() == first.json()
+        first = sent_twice(carol, "api/series", series, key["Idempotency-Key"])
         other = carol.post("api/series", json={**series, "count": 3}, headers=key)
         assert (other.status_code, other.json()["message"]) == (422, (
             f"This Idempotency-Key was used for series #{first.json()['id']}, made for other "
