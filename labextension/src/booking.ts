@@ -72,6 +72,16 @@ export function extendLabel(extension: Extension): string | null {
   return extension.minutes > 0 ? `Extend by ${formatMinutes(extension.minutes)}` : null;
 }
 
+/**
+ * Whether an extension that failed with HTTP ``status`` (null: no answer at all) is worth a
+ * "Try again": the server or the booking service could not answer, so it may have been made
+ * or not; sent again with the end it was shown, it extends at most once. A refusal (4xx) is
+ * the service's answer and would only be given again.
+ */
+export function mayTryAgain(status: number | null): boolean {
+  return status === null || status >= 500;
+}
+
 /** JupyterLab cuts a notification's message after this many characters; ours fit. */
 export const MESSAGE_LIMIT = 140;
 

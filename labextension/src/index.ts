@@ -25,6 +25,7 @@ import {
   extendLabel,
   hasEnded,
   isUrgent,
+  mayTryAgain,
   pollInterval,
   secondsLeftAt,
   statusBarText,
@@ -299,10 +300,16 @@ class BookingWatcher {
       }
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
-      Notification.error(`The booking was not extended: ${message}`, {
-        autoClose: false,
-        actions: [this.openBookingsAction()]
-      });
+      const actions = [this.openBookingsAction()];
+      if (mayTryAgain(error instanceof RequestError ? error.status : null)) {
+        actions.unshift({
+          label: 'Try again',
+          caption: 'Send the same extension again; it is made at most once',
+          displayType: 'accent',
+          callback: () => void this.extend(minutes, fromEnd)
+        });
+      }
+      Notification.error(`The booking was not extended: ${message}`, { autoClose: false, actions });
     }
     void this.poll();
   }

@@ -12,6 +12,7 @@ import {
   fitMessage,
   formatMinutes,
   isUrgent,
+  mayTryAgain,
   pollInterval,
   secondsLeftAt,
   statusBarText,
@@ -78,6 +79,13 @@ describe('formatting', () => {
     expect(extendLabel({ minutes: 30, max_end: null, reason: null })).toBe('Extend by 30 min');
     expect(extendLabel({ minutes: 75, max_end: null, reason: null })).toBe('Extend by 1 h 15 min');
     expect(extendLabel({ minutes: 0, max_end: null, reason: 'the next slot is booked' })).toBeNull();
+  });
+
+  it('offers to try a failed extension again only when nobody answered it', () => {
+    // no answer, or the server or the service failing: it may or may not have been made
+    expect([null, 500, 502, 503, 504].map(mayTryAgain)).toEqual([true, true, true, true, true]);
+    // the service's refusal (the GPU is taken, a policy) would only come again
+    expect([400, 403, 409, 422].map(mayTryAgain)).toEqual([false, false, false, false]);
   });
 
   it('warns with the time left, and says why no extension is possible', () => {

@@ -104,13 +104,30 @@ def test_jupyterlab_warns_before_the_end_and_extends_the_booking(driver, page):
     dismiss_news_prompt(page)
     screenshot(page, "jupyterlab-booking")
 
-    # (JupyterLab adds a cache-busting query to the URL)
-    with page.expect_request(re.compile(r"/gpu-booking/extend(\?|$)")) as sent:
+    # the server extends, and its answer never reaches the browser (a dropped connection)
+    lost = []
+
+    def lose_the_first_answer(route):
+        if lost:
+            route.continue_()
+            return
+        lost.append(route.fetch().status)
+        route.abort("connectionreset")
+
+    extend_url = re.compile(r"/gpu-booking/extend(\?|$)")  # JupyterLab adds a cache-buster
+    page.route(extend_url, lose_the_first_answer)
+    with page.expect_request(extend_url) as sent:
         extend.click()
-    # the end it showed goes with the click: sent again after a lost answer, it extends once
+    # the end it showed goes with the click: sent again, it extends at most once
     assert sent.value.post_data_json["from_end"] == format_time(old_end)
+    failed = page.locator(TOAST, has_text="was not extended")
+    failed.wait_for(timeout=30_000)
+    assert lost == [200]
+    extended = parse_time(driver.get_booking(booking["id"])["end"])
+    failed.get_by_role("button", name="Try again").click()
     page.locator(TOAST, has_text="Booking extended").wait_for(timeout=30_000)
     new_end = parse_time(driver.get_booking(booking["id"])["end"])
+    assert new_end == extended  # the same extension, not a second one
     assert new_end > old_end + timedelta(minutes=5)
     assert re.fullmatch(rf"{share} · .+ left", item.inner_text())
     assert not re.fullmatch(rf"{share} · [0-4] min left", item.inner_text())
