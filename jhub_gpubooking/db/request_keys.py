@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import datetime
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from ..core.errors import InvalidRequest, KeyReused
 from ..core.model import Booking
+from ..core.recurrence import Occurrence
 from ..core.timegrid import as_utc, format_time
 from .convert import booking_from_row
 from .models import REQUEST_KEY_LENGTH, BookingEventRow, BookingRow, BookingSeriesRow, WaitRow
@@ -40,6 +42,7 @@ _bookings = BookingRow.__table__
 _events = BookingEventRow.__table__
 _KEY = re.compile(rf"[!-~]{{1,{REQUEST_KEY_LENGTH}}}")  # visible ASCII: a header's safe part
 _T = TypeVar("_T")
+_Keyed = TypeVar("_Keyed", WaitRow, BookingSeriesRow)
 
 
 def checked_request_key(value: Any) -> str | None:
@@ -92,9 +95,8 @@ def made_with_key(work: UnitOfWork, request: Booking, key: str) -> Booking | Non
     created = connection.execute(select(_events.c.detail).where(
         _events.c.booking_id == row.id, _events.c.kind == "created")).scalars().first() or {}
     # as it was made: its end may have been changed since, and its start moved earlier
-    made = (row.pool, created.get("gpus"), created.get("start"), created.get("end"))
-    asked = (request.pool, str(request.amount), format_time(request.start),
-             format_time(request.end))
+    made = (row.pool, _as_created(created))
+    asked = (request.pool, _as_asked(request.amount, request.start, request.end))
     if made != asked:
         raise _reused("booking", row.id)
     return booking_from_row(row)
@@ -103,8 +105,7 @@ def made_with_key(work: UnitOfWork, request: Booking, key: str) -> Booking | Non
 def wait_with_key(session: Session, user: str, key: str, asked: tuple) -> WaitRow | None:
     """The wait ``user`` added with ``key``; None if there is none. Refuses (422) when it was
     for another (pool, amount, start, latest start, minutes) than ``asked``."""
-    row = session.scalars(select(WaitRow).where(
-        WaitRow.user == user, WaitRow.request_key == key)).one_or_none()
+    row = _row_with_key(session, WaitRow, user, key)
     if row is None:
         return None
     made = (row.pool, Fraction(row.amount_num, row.amount_den), as_utc(row.start),
@@ -114,24 +115,38 @@ def wait_with_key(session: Session, user: str, key: str, asked: tuple) -> WaitRo
     return row
 
 
-def series_with_key(session: Session, user: str, key: str, asked: tuple
-                    ) -> BookingSeriesRow | None:
+def series_with_key(session: Session, user: str, key: str, pool: str, repeat: str,
+                    amount: Fraction, occurrences: list[Occurrence]) -> BookingSeriesRow | None:
     """The series ``user`` booked with ``key``; None if there is none. Refuses (422) when it
-    was for another (pool, repeat, occurrences) than ``asked``, its occurrences as
-    ``(amount, start, end)`` texts in time order, compared as each was made."""
-    row = session.scalars(select(BookingSeriesRow).where(
-        BookingSeriesRow.user == user, BookingSeriesRow.request_key == key)).one_or_none()
+    was for another pool, repeat, amount or occurrences, each compared as it was made."""
+    row = _row_with_key(session, BookingSeriesRow, user, key)
     if row is None:
         return None
     details = session.scalars(
         select(BookingEventRow.detail).join(BookingRow, BookingRow.id == BookingEventRow.booking_id)
         .where(BookingRow.series_id == row.id, BookingEventRow.kind == "created")
         .order_by(BookingRow.start, BookingRow.id))
-    made = (row.pool, row.repeat,
-            tuple((d.get("gpus"), d.get("start"), d.get("end")) for d in details))
+    made = (row.pool, row.repeat, [_as_created(detail) for detail in details])
+    asked = (pool, repeat, [_as_asked(amount, o.start, o.end)
+                            for o in sorted(occurrences, key=lambda o: o.start)])
     if made != asked:
         raise _reused("series", row.id)
     return row
+
+
+def _row_with_key(session: Session, model: type[_Keyed], user: str, key: str) -> _Keyed | None:
+    return session.scalars(select(model).where(
+        model.user == user, model.request_key == key)).one_or_none()
+
+
+def _as_created(detail: dict) -> tuple:
+    """A booking's (amount, start, end) as its "created" event recorded them."""
+    return detail.get("gpus"), detail.get("start"), detail.get("end")
+
+
+def _as_asked(amount: Fraction, start: datetime, end: datetime) -> tuple:
+    """A requested (amount, start, end) as :func:`_as_created` reads them back."""
+    return str(amount), format_time(start), format_time(end)
 
 
 def _reused(what: str, row_id: int) -> KeyReused:

@@ -104,13 +104,12 @@ def create_series(
 
     started = refusal_unless_made(request_key, check_times)
     groups = tuple(sorted(groups))
-    asked = (pool, repeat, tuple((str(amount), format_time(o.start), format_time(o.end))
-                                 for o in sorted(occurrences, key=lambda o: o.start)))
 
     def write() -> Series:
         with store.unit_of_work(store.pools_for_rules(pool, groups, is_admin)) as work:
             if request_key is not None:
-                made = series_with_key(work.session, user, request_key, asked)
+                made = series_with_key(work.session, user, request_key, pool, repeat,
+                                       amount, occurrences)
                 if made is not None:
                     rows = _occurrence_rows(work.session, made.id)
                     return _series(made, [booking_from_row(row) for row in rows])

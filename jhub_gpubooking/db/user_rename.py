@@ -62,8 +62,8 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
     with store.unit_of_work() as work:
         session = work.session
         ids = session.scalars(select(BookingRow.id).where(BookingRow.user == old)).all()
-        # their (and their series' and waits') Idempotency-Keys go: no create is sent again under the old
-        # name, and one of ``new``'s own may carry the same key (unique per user)
+        # their (and their series' and waits') Idempotency-Keys go: no create is sent again
+        # under the old name, and one of ``new``'s own may carry the same key (unique per user)
         session.execute(update(BookingRow).where(BookingRow.user == old)
                         .values(user=new, updated=at, request_key=None))
         if ids:
