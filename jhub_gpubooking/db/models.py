@@ -192,6 +192,8 @@ class MaintenanceWindowRow(Base):
     # being given to the next one, so a retried DELETE cannot remove a newer window (migration 0005)
     __table_args__ = (
         Index("ix_maintenance_windows_pool_end_start", "pool", "end", "start"),
+        Index("ix_maintenance_windows_created_by_request_key", "created_by", "request_key",
+              unique=True),
         {"sqlite_autoincrement": True},
     )
 
@@ -203,6 +205,8 @@ class MaintenanceWindowRow(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     created: Mapped[datetime] = mapped_column(UTCDateTime)
     created_by: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    # the Idempotency-Key it was added with, unique per admin (migration 0009; db/request_keys.py)
+    request_key: Mapped[str | None] = mapped_column(String(REQUEST_KEY_LENGTH))
 
 
 class FeedTokenRow(Base):

@@ -7,8 +7,8 @@ same key, the create answers the booking it made instead of booking a second tim
 refused by the user's own first booking). The key is kept with the booking, unique per user;
 another user's key is never looked at. A key names one create: sent with a different pool,
 amount, start or end it is refused (422), as the IETF Idempotency-Key draft says. A join of
-the waitlist keeps its key with the wait in the same way, and a recurring series with the
-series (migration 0008).
+the waitlist keeps its key with the wait in the same way, a recurring series with the series
+(migration 0008), and an admin's maintenance window with the window, unique per admin (0009).
 
 The look-up runs in the create's unit of work, under its pool's lock, so two copies of one
 create sent at once are written one after the other and the second finds the first. Copies
@@ -33,7 +33,14 @@ from ..core.model import Booking
 from ..core.recurrence import Occurrence
 from ..core.timegrid import as_utc, format_time
 from .convert import booking_from_row
-from .models import REQUEST_KEY_LENGTH, BookingEventRow, BookingRow, BookingSeriesRow, WaitRow
+from .models import (
+    REQUEST_KEY_LENGTH,
+    BookingEventRow,
+    BookingRow,
+    BookingSeriesRow,
+    MaintenanceWindowRow,
+    WaitRow,
+)
 
 if TYPE_CHECKING:
     from .unit_of_work import UnitOfWork
@@ -42,7 +49,7 @@ _bookings = BookingRow.__table__
 _events = BookingEventRow.__table__
 _KEY = re.compile(rf"[!-~]{{1,{REQUEST_KEY_LENGTH}}}")  # visible ASCII: a header's safe part
 _T = TypeVar("_T")
-_Keyed = TypeVar("_Keyed", WaitRow, BookingSeriesRow)
+_Keyed = TypeVar("_Keyed", WaitRow, BookingSeriesRow, MaintenanceWindowRow)
 
 
 def checked_request_key(value: Any) -> str | None:
@@ -134,9 +141,23 @@ def series_with_key(session: Session, user: str, key: str, pool: str, repeat: st
     return row
 
 
-def _row_with_key(session: Session, model: type[_Keyed], user: str, key: str) -> _Keyed | None:
+def window_with_key(session: Session, actor: str | None, key: str, asked: tuple
+                    ) -> MaintenanceWindowRow | None:
+    """The maintenance window ``actor`` added with ``key``; None if there is none. Refuses
+    (422) when it was for another (pool, node, start, end, reason) than ``asked``."""
+    row = _row_with_key(session, MaintenanceWindowRow, actor, key, owner="created_by")
+    if row is None:
+        return None
+    if (row.pool, row.node, as_utc(row.start), as_utc(row.end), row.reason) != asked:
+        raise _reused("maintenance window", row.id)
+    return row
+
+
+def _row_with_key(session: Session, model: type[_Keyed], user: str | None, key: str,
+                  owner: str = "user") -> _Keyed | None:
+    """The row of ``model`` whose ``owner`` column is ``user`` and whose key is ``key``."""
     return session.scalars(select(model).where(
-        model.user == user, model.request_key == key)).one_or_none()
+        getattr(model, owner) == user, model.request_key == key)).one_or_none()
 
 
 def _as_created(detail: dict) -> tuple:

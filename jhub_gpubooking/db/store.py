@@ -538,9 +538,10 @@ class BookingStore:
         return placing.availability(pool_spec, bookings, start, end, windows)
 
     def add_maintenance(self, pool: str, start: datetime, end: datetime, node: str | None = None,
-                        reason: str = "", actor: str | None = None) -> tuple[MaintenanceWindow, list[Booking]]:
+                        reason: str = "", actor: str | None = None, request_key: str | None = None
+                        ) -> tuple[MaintenanceWindow, list[Booking]]:
         """Block a pool (or one node): see :func:`.maintenance.add_window`."""
-        return maintenance.add_window(self, pool, start, end, node, reason, actor)
+        return maintenance.add_window(self, pool, start, end, node, reason, actor, request_key)
 
     def list_maintenance(self, pool: str | None = None, start: datetime | None = None,
                          end: datetime | None = None, limit: int | None = None,

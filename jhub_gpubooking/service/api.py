@@ -432,8 +432,6 @@ class MaintenanceListHandler(APIHandler):
         node = body.get("node")
         if node is not None and not isinstance(node, str):
             raise refusal(400, "'node' must be the name of one node of the pool, or null.")
-        if node is not None and node not in pool.nodes:
-            raise refusal(400, f"Pool {pool.name} has no node named {node!r}.")
         reason = checked_text(body.get("reason", ""), "reason")
         window, colliding = await self.run_in_executor(
             self.store.add_maintenance,
@@ -443,6 +441,7 @@ class MaintenanceListHandler(APIHandler):
             node=node,
             reason=reason,
             actor=principal.name,
+            request_key=self.request_key(),
         )
         self.set_header("Location", self.service_url("api/maintenance", str(window.id)))
         model = maintenance_json(window)

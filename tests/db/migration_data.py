@@ -445,28 +445,21 @@ REVISIONS.append(
     )
 )
 
+
+def like(revision: str, table: str, **changes) -> dict:
+    """The first row of ``table`` written at ``revision``, with ``changes``: a later revision's
+    row that differs in a few columns and the columns it adds."""
+    data = next(data for data in REVISIONS if data.revision == revision)
+    return {**data.rows[table][0], **changes}
+
+
 # 0005 rebuilds maintenance_windows on SQLite (AUTOINCREMENT): no column changes; a window
 # written at 0005 with an id after a gap, as deletions leave
-REVISIONS.append(
-    RevisionData(
-        "0005",
-        columns={},
-        rows={
-            "maintenance_windows": [
-                {
-                    "id": 7,
-                    "pool": "t4",
-                    "node": "node-c",
-                    "start": t("2030-02-08 18:00:00"),
-                    "end": t("2030-02-08 20:00:00"),
-                    "reason": "",
-                    "created": t("2030-02-01 09:30:00"),
-                    "created_by": None,
-                }
-            ]
-        },
-    )
-)
+REVISIONS.append(RevisionData("0005", columns={}, rows={"maintenance_windows": [
+    like("0001", "maintenance_windows", id=7, pool="t4", node="node-c", reason="", created_by=None,
+         start=t("2030-02-08 18:00:00"), end=t("2030-02-08 20:00:00"),
+         created=t("2030-02-01 09:30:00")),
+]}))
 
 # 0006 adds missing_users: users the Hub no longer has, and since when (in key order; one
 # with a non-ASCII name, as Hub names may be)
@@ -482,13 +475,6 @@ REVISIONS.append(
         },
     )
 )
-
-
-def like(revision: str, table: str, **changes) -> dict:
-    """The first row of ``table`` written at ``revision``, with ``changes``: a later revision's
-    row that differs in a few columns and the columns it adds."""
-    data = next(data for data in REVISIONS if data.revision == revision)
-    return {**data.rows[table][0], **changes}
 
 
 # 0007 adds bookings.request_key and waits.request_key, unique per user: the rows above have
@@ -524,6 +510,19 @@ REVISIONS.append(RevisionData(
         like("0003", "booking_series", id=2 + n, user=user, created_by=user,
              created=t("2030-02-09 13:00:00"), request_key="5c4b3a29-1807-4f6e-9d5c-4b3a29180716")
         for n, user in enumerate(("zoë", "bob"))
+    ]},
+))
+
+# 0009 adds maintenance_windows.request_key, unique per admin (created_by): the windows above have
+# none; two admins' windows added with the same key
+REVISIONS.append(RevisionData(
+    "0009",
+    columns={"maintenance_windows": {"request_key": sa.String(64)}},
+    rows={"maintenance_windows": [
+        like("0001", "maintenance_windows", id=8 + n, created_by=admin,
+             start=t("2030-02-12 00:00:00"), end=t("2030-02-12 02:00:00"),
+             request_key="7a6b5c4d-3e2f-4a1b-9c8d-7e6f5a4b3c2d")
+        for n, admin in enumerate(("admin", "zoë"))
     ]},
 ))
 

@@ -1,4 +1,5 @@
-"""A create sent again with its Idempotency-Key answers the booking it made, on every backend."""
+"""A create sent again with its Idempotency-Key answers what it made (a booking, a wait, a series,
+a maintenance window), on every backend."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sqlalchemy import func, select
 
 from jhub_gpubooking.core.errors import InvalidRequest, KeyReused, NoCapacity
 from jhub_gpubooking.core.recurrence import occurrences
-from jhub_gpubooking.db import creates, series, waitlist
+from jhub_gpubooking.db import creates, maintenance, series, waitlist
 from jhub_gpubooking.db.models import BookingRow
 from jhub_gpubooking.db.waitlist import WaitStore
 
@@ -243,3 +244,55 @@ def test_a_refused_series_keeps_no_key_and_a_race_is_a_refusal(store, monkeypatc
         series.create_series(store, "alice", "a100", 1, weekly(3), "weekly", request_key=KEY)
     assert len(looks) == 2
     assert bookings(store) == 4
+
+
+def windows(store) -> list:
+    return [(w.id, w.pool, w.node, w.reason) for w in store.list_maintenance()]
+
+
+def test_a_maintenance_window_sent_again_answers_the_window_it_added(store):
+    booked = store.create("alice", "a100", 1, at(10), at(11))
+    first, colliding = store.add_maintenance("a100", at(9), at(12), reason="driver",
+                                             actor="admin", request_key=KEY)
+    assert [b.id for b in colliding] == [booked.id]
+    store.cancel(booked.id, actor="admin")  # the admin cancelled it in between
+    again, colliding_now = store.add_maintenance("a100", at(9), at(12), reason="driver",
+                                                 actor="admin", request_key=KEY)
+    assert again == first
+    assert colliding_now == []  # what it collides with now
+    assert windows(store) == [(first.id, "a100", None, "driver")]
+    # another admin's key is not looked at; without a key a second window is added
+    other, _ = store.add_maintenance("a100", at(9), at(12), reason="driver", actor="root",
+                                     request_key=KEY)
+    unkeyed, _ = store.add_maintenance("a100", at(9), at(12), reason="driver", actor="admin")
+    assert len({first.id, other.id, unkeyed.id}) == 3
+
+
+@pytest.mark.parametrize("other", [
+    {"pool": "t4"},
+    {"node": "node-b"},
+    {"end": at(13)},
+    {"reason": "another reason"},
+])
+def test_a_maintenance_key_sent_with_another_window_is_refused(store, other):
+    asked = {"pool": "a100", "start": at(9), "end": at(12), "node": None, "reason": "driver"}
+    first, _ = store.add_maintenance(**asked, actor="admin", request_key=KEY)
+    with pytest.raises(KeyReused) as refused:
+        store.add_maintenance(**{**asked, **other}, actor="admin", request_key=KEY)
+    assert refused.value.message == (
+        f"This Idempotency-Key was used for maintenance window #{first.id}, made for other GPUs "
+        "or times; send a new key for a new maintenance window.")
+    assert [w[0] for w in windows(store)] == [first.id]
+
+
+def test_a_maintenance_window_sent_at_once_to_another_pool_is_refused_not_an_error(
+        store, monkeypatch):
+    first, _ = store.add_maintenance("a100", at(9), at(12), actor="admin", request_key=KEY)
+    looks = first_look_misses(maintenance, "window_with_key", monkeypatch)
+    # its insert meets the unique (created_by, key) index; tried again, the look-up finds it
+    with pytest.raises(KeyReused, match=f"used for maintenance window #{first.id}"):
+        store.add_maintenance("t4", at(9), at(12), actor="admin", request_key=KEY)
+    assert len(looks) == 2
+    assert [w[0] for w in windows(store)] == [first.id]
+    with pytest.raises(InvalidRequest, match="Idempotency-Key must be 1 to 64"):
+        store.add_maintenance("t4", at(9), at(12), actor="admin", request_key="with space")

@@ -439,12 +439,17 @@ def test_maintenance_reports_colliding_bookings(hub):
         "end": booking["end"],
         "reason": "driver update",
     }
-    created = admin.post("api/maintenance", json=body)
-    assert created.status_code == 201, created.text
-    window = created.json()
+    # sent again with its Idempotency-Key (the answer was lost): one window, the same answer
+    window = sent_twice(admin, "api/maintenance", body, "window-1").json()
     assert [b["id"] for b in window["colliding_bookings"]] == [booking["id"]]
     listed = client(hub, "bob").get("api/maintenance").json()["windows"]
-    assert window["id"] in [w["id"] for w in listed]
+    assert [w["id"] for w in listed if w["reason"] == "driver update"] == [window["id"]]
+    assert error(admin.post("api/maintenance", json={**body, "reason": "another reason"},
+                            headers={"Idempotency-Key": "window-1"}), 422) == (
+        f"This Idempotency-Key was used for maintenance window #{window['id']}, made for other "
+        "GPUs or times; send a new key for a new maintenance window.")
+    assert error(admin.post("api/maintenance", json={**body, "node": "gpu-z"}), 400) == (
+        "Pool a100 has no node named 'gpu-z'.")
     assert admin.delete(f"api/maintenance/{window['id']}").status_code == 204
     assert "no maintenance window" in error(admin.delete(f"api/maintenance/{window['id']}"), 404)
 

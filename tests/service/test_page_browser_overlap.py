@@ -13,6 +13,7 @@ maintenance windows, or two calendar links of which the page could show the revo
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -160,3 +161,42 @@ def test_a_double_click_on_create_makes_one_maintenance_window(hub, context):
     assert [w["reason"] for w in listed].count("double click") == 1
     # the form's button is enabled again once the page has refreshed
     page.wait_for_function("() => !document.querySelector('#gb-mw-create').disabled")
+
+
+def test_a_maintenance_window_sent_again_after_its_answer_was_lost_is_added_once(hub, context):
+    """The service adds the window, its answer never reaches the page, and the admin submits
+    again: the same Idempotency-Key answers the window added (before: a second window)."""
+    start, end = windows.next()
+    page = open_page(context, hub, "admin")
+    page.select_option("#gb-mw-pool", "a100")
+    page.fill("#gb-mw-start", local_input(start))
+    page.fill("#gb-mw-end", local_input(end))
+    page.fill("#gb-mw-reason", "lost answer")
+    lost, keys = [], []
+
+    def lose_the_first_answer(route):
+        if route.request.method != "POST":
+            route.continue_()
+            return
+        keys.append(route.request.headers.get("idempotency-key"))
+        if lost:
+            route.continue_()
+            return
+        lost.append(route.fetch().status)  # the service adds the window ...
+        route.abort("connectionreset")  # ... and its answer never reaches the page
+
+    page.route(re.compile(r".*/api/maintenance$"), lose_the_first_answer)
+    page.click("#gb-mw-create")
+    page.locator("#gb-admin-feedback.alert-danger").wait_for()
+    assert lost == [201]
+    page.wait_for_function("() => !document.querySelector('#gb-mw-create').disabled")
+    page.click("#gb-mw-create")  # tried again
+    page.wait_for_function(
+        "() => document.querySelector('#gb-admin-feedback').textContent.includes('is created')"
+    )
+    listed = [w for w in hub.api(hub.user_token("admin")).get("api/maintenance").json()["windows"]
+              if w["reason"] == "lost answer"]
+    assert len(listed) == 1
+    assert page.locator("#gb-admin-feedback").inner_text().startswith(
+        f"Maintenance window {listed[0]['id']} is created")
+    assert len(keys) == 2 and keys[0] == keys[1] and keys[0]

@@ -4,8 +4,8 @@
 // the API; this shows its answers and refusals.
 
 import {
-  $, ACTIVE_STATES, HOUR_MS, NewestLoad, PagedList, api, byStart, config, drawUnlessShown, el, floorSlot, formatSpan,
-  formatTime, fromLocalInput, oneAtATime, parseUtc, plural, snapInput, toLocalInput, toUtcIso,
+  $, ACTIVE_STATES, HOUR_MS, NewestLoad, PagedList, api, byStart, config, createOnce, drawUnlessShown, el, floorSlot,
+  formatSpan, formatTime, fromLocalInput, oneAtATime, parseUtc, plural, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { act, page, poolName, showAlert, showLoadError } from "./page.js";
 import { listWindow, moreButton, renderBookingTable } from "./tables.js";
@@ -171,7 +171,9 @@ async function submitMaintenance() {
     pool: $("gb-mw-pool").value, node: $("gb-mw-node").value || null,
     start: toUtcIso(start), end: toUtcIso(end), reason: $("gb-mw-reason").value,
   };
-  const created = await act(box, () => api("POST", "maintenance", body), (block) => {
+  // with an Idempotency-Key: the window is added once even if its answer is lost and the
+  // admin submits again
+  const created = await act(box, () => createOnce("maintenance", body), (block) => {
     const count = block.colliding_bookings.length;
     return `Maintenance window ${block.id} is created; ${plural(count, "booking")} `
       + `${count === 1 ? "overlaps" : "overlap"} it.`;
