@@ -412,7 +412,10 @@ class Walk:
                   "start": format_time(start),
                   "end": format_time(start + timedelta(minutes=self.rng.randint(1, 3))),
                   "reason": "soak"}
-        response = self.driver.booking.post("maintenance", json=window)
+        if self.resends.rng.random() < RESEND:
+            response = self.resends.add_window_twice(window)
+        else:
+            response = self.driver.booking.post("maintenance", json=window)
         self.answered(response, {201: "window added"})
         added = response.json()
         for booking in added["colliding_bookings"]:

@@ -11,6 +11,7 @@ The page's Content-Security-Policy forbids eval, so ``wait_for_function`` gets f
 from __future__ import annotations
 
 import itertools
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -119,6 +120,30 @@ def csp_violations(context) -> list[str]:
         else None,
     )
     return violations
+
+
+class LostFirstAnswer:
+    """The first of the page's ``method`` requests to a URL matching ``url`` (a regex) reaches
+    the service, whose answer never reaches the page (the connection drops, as a proxy's or a
+    laptop's would); later ones pass. ``statuses``: what the service answered the lost one;
+    ``keys``: every such request's Idempotency-Key."""
+
+    def __init__(self, page, url: str, method: str = "POST"):
+        self.statuses: list[int] = []
+        self.keys: list[str | None] = []
+
+        def lose_the_first(route):
+            if route.request.method != method:
+                route.continue_()
+                return
+            self.keys.append(route.request.headers.get("idempotency-key"))
+            if self.statuses:
+                route.continue_()
+                return
+            self.statuses.append(route.fetch().status)  # the service makes it ...
+            route.abort("connectionreset")  # ... and its answer never reaches the page
+
+        page.route(re.compile(url), lose_the_first)
 
 
 class HeldRequests:

@@ -15,6 +15,7 @@ import pytest
 from page_browser import (
     BROWSER_ZONE,
     LocalWindows,
+    LostFirstAnswer,
     api_bookings,
     book_through_api,
     csp_violations,
@@ -375,22 +376,13 @@ def test_a_booking_sent_again_after_its_answer_was_lost_is_made_once(hub, contex
     page = open_page(context, hub, "ada")
     start, end = windows.next()
     fill_booking_form(page, "a100", "1 GPU", start, end, note="answer lost")
-    lost = []
-
-    def lose_the_first_answer(route):
-        if route.request.method != "POST" or lost:
-            route.continue_()
-            return
-        lost.append(route.fetch().status)  # the service books ...
-        route.abort("connectionreset")  # ... and its answer never reaches the page
-
-    page.route(re.compile(r".*/api/bookings$"), lose_the_first_answer)
+    lost = LostFirstAnswer(page, r".*/api/bookings$")
     page.click("#gb-book-button")
     alert = page.locator("#gb-form-feedback.alert-danger")
     alert.wait_for()
     assert alert.inner_text() == (
         "The booking service could not be reached; check the connection and try again.")
-    assert lost == [201]
+    assert lost.statuses == [201]
     made = [b for b in api_bookings(hub, "ada").values() if b["note"] == "answer lost"]
     assert len(made) == 1
 

@@ -13,7 +13,6 @@ maintenance windows, or two calendar links of which the page could show the revo
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -21,6 +20,7 @@ from page_browser import (
     PAGE_POOLS,
     HeldRequests,
     LocalWindows,
+    LostFirstAnswer,
     book_through_api,
     booking_rows,
     local_input,
@@ -145,13 +145,19 @@ def test_a_double_click_on_start_now_starts_the_booking_once_and_says_so(hub, co
     hub.api(hub.user_token("bob")).delete(f"api/bookings/{booking['id']}").raise_for_status()
 
 
-def test_a_double_click_on_create_makes_one_maintenance_window(hub, context):
+def admin_page_with_a_window_filled_in(context, hub, reason: str):
+    """The admin's page, its maintenance form filled in for the next window of a100."""
     start, end = windows.next()
     page = open_page(context, hub, "admin")
     page.select_option("#gb-mw-pool", "a100")
     page.fill("#gb-mw-start", local_input(start))
     page.fill("#gb-mw-end", local_input(end))
-    page.fill("#gb-mw-reason", "double click")
+    page.fill("#gb-mw-reason", reason)
+    return page
+
+
+def test_a_double_click_on_create_makes_one_maintenance_window(hub, context):
+    page = admin_page_with_a_window_filled_in(context, hub, "double click")
     held = HeldRequests(page, "/api/maintenance", method="POST")
     held.one_request_of_a_double_click(page.locator("#gb-mw-create"))
     page.wait_for_function(
@@ -166,29 +172,11 @@ def test_a_double_click_on_create_makes_one_maintenance_window(hub, context):
 def test_a_maintenance_window_sent_again_after_its_answer_was_lost_is_added_once(hub, context):
     """The service adds the window, its answer never reaches the page, and the admin submits
     again: the same Idempotency-Key answers the window added (before: a second window)."""
-    start, end = windows.next()
-    page = open_page(context, hub, "admin")
-    page.select_option("#gb-mw-pool", "a100")
-    page.fill("#gb-mw-start", local_input(start))
-    page.fill("#gb-mw-end", local_input(end))
-    page.fill("#gb-mw-reason", "lost answer")
-    lost, keys = [], []
-
-    def lose_the_first_answer(route):
-        if route.request.method != "POST":
-            route.continue_()
-            return
-        keys.append(route.request.headers.get("idempotency-key"))
-        if lost:
-            route.continue_()
-            return
-        lost.append(route.fetch().status)  # the service adds the window ...
-        route.abort("connectionreset")  # ... and its answer never reaches the page
-
-    page.route(re.compile(r".*/api/maintenance$"), lose_the_first_answer)
+    page = admin_page_with_a_window_filled_in(context, hub, "lost answer")
+    lost = LostFirstAnswer(page, r".*/api/maintenance$")
     page.click("#gb-mw-create")
     page.locator("#gb-admin-feedback.alert-danger").wait_for()
-    assert lost == [201]
+    assert lost.statuses == [201]
     page.wait_for_function("() => !document.querySelector('#gb-mw-create').disabled")
     page.click("#gb-mw-create")  # tried again
     page.wait_for_function(
@@ -199,4 +187,4 @@ def test_a_maintenance_window_sent_again_after_its_answer_was_lost_is_added_once
     assert len(listed) == 1
     assert page.locator("#gb-admin-feedback").inner_text().startswith(
         f"Maintenance window {listed[0]['id']} is created")
-    assert len(keys) == 2 and keys[0] == keys[1] and keys[0]
+    assert len(lost.keys) == 2 and lost.keys[0] == lost.keys[1] and lost.keys[0]

@@ -3,11 +3,10 @@ real Hub (helpers in page_browser.py)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from page_browser import (
     LocalWindows,
+    LostFirstAnswer,
     api_bookings,
     fill_booking_form,
     open_page,
@@ -63,19 +62,10 @@ def test_a_series_sent_again_after_its_answer_was_lost_is_booked_once(hub, conte
     fill_booking_form(page, "shared", "1/4 GPU", start, end, note="lost series")
     page.select_option("#gb-repeat", "weekly")
     page.fill("#gb-repeat-count", "2")
-    lost = []
-
-    def lose_the_first_answer(route):
-        if route.request.method != "POST" or lost:
-            route.continue_()
-            return
-        lost.append(route.fetch().status)  # the service books both weeks ...
-        route.abort("connectionreset")  # ... and its answer never reaches the page
-
-    page.route(re.compile(r".*/api/series$"), lose_the_first_answer)
+    lost = LostFirstAnswer(page, r".*/api/series$")  # the service books both weeks
     page.click("#gb-book-button")
     page.locator("#gb-form-feedback.alert-danger").wait_for()
-    assert lost == [201]
+    assert lost.statuses == [201]
     page.click("#gb-book-button")  # tried again, as the page says
     feedback = page.locator("#gb-form-feedback.alert-success")
     feedback.wait_for()
