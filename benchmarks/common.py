@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import platform
 import statistics
@@ -47,7 +48,11 @@ def run_jobs(function: Callable[..., Any], jobs: Sequence[tuple], processes: int
     """``function(*job)`` for every job, in order; in up to ``processes`` separate processes
     when more than one (replays are CPU-bound Python, so threads would not overlap)."""
     if processes > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(min(processes, len(jobs))) as pool:
+        # spawned, not forked: fork() copies a process whose other threads (a solver's, the
+        # test runner's) may hold locks the child then waits on forever; Python 3.12 warns of
+        # it, and 3.14 no longer forks by default
+        with ProcessPoolExecutor(min(processes, len(jobs)),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
             return list(pool.map(function, *zip(*jobs)))
     return [function(*job) for job in jobs]
 
