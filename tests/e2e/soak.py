@@ -56,7 +56,7 @@ from soak_invariants import (  # noqa: E402
 from soak_outage import BACK_WITHIN_SECONDS, DatabaseOutages, StoppableDatabase  # noqa: E402
 from soak_pods import GATED, OutsidePods  # noqa: E402
 from soak_refusals import Refused  # noqa: E402
-from soak_resends import RESEND, Resends  # noqa: E402
+from soak_resends import RESEND, RESEND_WINDOW, Resends  # noqa: E402
 from soak_series import Series  # noqa: E402
 
 USERS = ("u0", "u1", "u2", "u3", "u4")
@@ -412,7 +412,7 @@ class Walk:
                   "start": format_time(start),
                   "end": format_time(start + timedelta(minutes=self.rng.randint(1, 3))),
                   "reason": "soak"}
-        if self.resends.rng.random() < RESEND:
+        if self.resends.rng.random() < RESEND_WINDOW:
             response = self.resends.add_window_twice(window)
         else:
             response = self.driver.booking.post("maintenance", json=window)

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
     import httpx
     from soak import Walk
 
-#: how often a create of the walk is sent twice
+#: how often a create of the walk is sent twice; a maintenance window, rarer, more often
 RESEND = 0.2
+RESEND_WINDOW = 0.5
 #: the invariants' names in the walk's table of checks
 RESENT_CHECK = "a create sent again answers the booking it made"
 RESENT_WINDOW_CHECK = "a maintenance window sent again answers the window it added"
