@@ -16,6 +16,9 @@ exec`` runs beside the service, and in a thread of the creating process, as
 backup's duration (the whole command, or the call) and file size, and create latency without
 and during backups; and how long a backup under way takes to end once the service is stopping
 (``stop_seconds``: the stop is asked for halfway through a backup, as a SIGTERM would).
+Last, ``jhub-gpubooking db restore`` of a backup taken before ``--creates`` more bookings
+(``restore_seconds``: its own backup of the database first, the rows replaced and read back),
+checked to have taken those bookings away and to give the next booking a new id.
 """
 
 from __future__ import annotations
@@ -32,9 +35,13 @@ from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 
+from sqlalchemy import func, select
+
 from jhub_gpubooking.core.backups import PARTIAL
 from jhub_gpubooking.db.backup import backup_database
 from jhub_gpubooking.db.copy import CopyStopped
+from jhub_gpubooking.db.models import BookingRow
+from jhub_gpubooking.db.restore import restore_database
 from jhub_gpubooking.db.session import make_engine, upgrade
 
 from .common import (
@@ -130,6 +137,30 @@ def stopped_halfway(url: str, file: Path, backup_seconds: float) -> tuple[float,
     return max(0.0, ended[0] - asked), bool(stopped)
 
 
+def timed_restore(store, engine, url: str, creates: int, first_hour: int,
+                  folder: Path) -> tuple[float, int]:
+    """Seconds of a restore of a backup taken before ``creates`` more bookings, and the
+    bookings it took away; raises when it did not undo exactly those or an id comes again."""
+    file = folder / "restore-from.sqlite"
+    backup_database(url, file)
+    timed_creates(store, creates, first_hour)
+    with engine.connect() as connection:
+        largest = connection.execute(select(func.max(BookingRow.id))).scalar_one()
+    began = time.perf_counter()
+    report = restore_database(file, url, folder / "replaced.sqlite")
+    seconds = time.perf_counter() - began
+    if len(report.taken_away) != creates or report.taken_back:
+        raise RuntimeError(f"the restore took away {len(report.taken_away)} bookings and back "
+                           f"{len(report.taken_back)}, not the {creates} made since the backup")
+    start = NOW + timedelta(hours=first_hour)
+    again = store.create("user-000", POOL.name, Fraction(1, 4), start, start + timedelta(hours=1))
+    if again.id <= largest:
+        raise RuntimeError(f"booking id {again.id} was given again after the restore")
+    for used in (file, folder / "replaced.sqlite"):
+        used.unlink()
+    return seconds, len(report.taken_away)
+
+
 def run_backend(backend: str, url: str, history: int, creates: int, seed: int,
                 folder: Path) -> list[dict]:
     upgrade(url)
@@ -157,7 +188,10 @@ def run_backend(backend: str, url: str, history: int, creates: int, seed: int,
             })
         stop_seconds, stopped = stopped_halfway(url, folder / "stopped.sqlite",
                                                 rows[-1]["backup_seconds_median"])
-        results = [{**row, "stop_seconds": stop_seconds, "stopped": stopped} for row in rows]
+        restore_seconds, _ = timed_restore(store, engine, url, creates, 1 + (len(PLACES) + 1) * creates,
+                                           folder)
+        results = [{**row, "stop_seconds": stop_seconds, "stopped": stopped,
+                    "restore_seconds": restore_seconds} for row in rows]
     finally:
         engine.dispose()
     return results
@@ -181,13 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(markdown_table(
         ["backend", "history", "backups in", "backup s (median)", "backups", "file MB",
-         "create p50/p99 ms quiet", "create p50/p99 ms during backups", "stop s"],
+         "create p50/p99 ms quiet", "create p50/p99 ms during backups", "stop s",
+         "restore s"],
         [[r["backend"], f"{r['history']:,}", r["backups_in"], r["backup_seconds_median"],
           r["backups"],
           f"{r['backup_bytes'] / 1e6:.1f}",
           f"{r['create_quiet']['median_ms']:.1f} / {r['create_quiet']['p99_ms']:.1f}",
           f"{r['create_during']['median_ms']:.1f} / {r['create_during']['p99_ms']:.1f}",
-          f"{r['stop_seconds']:.2f}" + ("" if r["stopped"] else " (finished first)")]
+          f"{r['stop_seconds']:.2f}" + ("" if r["stopped"] else " (finished first)"),
+          f"{r['restore_seconds']:.2f}"]
          for r in results],
     ))
     write_json(args.json, {"results": results})

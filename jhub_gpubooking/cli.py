@@ -5,6 +5,7 @@
     jhub-gpubooking db downgrade REVISION [--db-url URL]   migrate back (e.g. to -1)
     jhub-gpubooking db copy --from URL --to URL   copy every row into an empty database
     jhub-gpubooking db backup FILE [--db-url URL]  a consistent copy into a new SQLite file
+    jhub-gpubooking db restore FILE [--db-url URL] [--replaced FILE]   back to a backup
     jhub-gpubooking pools list [--config FILE]    pools from the service config (or the database)
     jhub-gpubooking bookings list [--user U] [--state S] [--db-url URL]
     jhub-gpubooking users rename OLD NEW [--db-url URL]   after renaming a user in the Hub
@@ -19,6 +20,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from alembic.util import CommandError
 from sqlalchemy.exc import DBAPIError
@@ -43,6 +45,9 @@ from .db.session import (
     upgrade,
 )
 
+#: The name of the file ``db restore`` keeps the replaced database in starts so; the scheduled
+#: backups' rotation never takes it for one of its own.
+REPLACED_PREFIX = "replaced-"
 #: The service's default config file name (GPUBookingService.config_file).
 DEFAULT_CONFIG_FILE = "jhub_gpubooking_service_config.py"
 
@@ -125,11 +130,54 @@ def cmd_db_backup(args: argparse.Namespace) -> int:
     print(format_table(("TABLE", "ROWS"), list(report.counts.items())))
     if report.checksum:
         print(f"Checksum sha256:{report.checksum} is the same in both databases.")
-    print(
-        "Restore it into an empty database with: jhub-gpubooking db copy "
-        f"--from sqlite:///{report.path} --to URL"
-    )
+    print(f"Restore it, with the hub stopped, with: jhub-gpubooking db restore {report.path}")
     return 0
+
+
+def cmd_db_restore(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from .core.backups import backup_name
+    from .db.restore import restore_database
+
+    backup = Path(args.file).expanduser().resolve()
+    replaced = args.replaced or backup.with_name(
+        REPLACED_PREFIX + backup_name(datetime.now(timezone.utc)))
+    report = restore_database(backup, args.db_url, replaced)
+    print(f"Restored {display_url(args.db_url)} from {backup} (written at schema revision "
+          f"{report.backup_revision}):")
+    rows = [(table, report.counts_before.get(table, 0), count)
+            for table, count in report.counts_after.items()]
+    print(format_table(("TABLE", "ROWS BEFORE", "ROWS NOW"), rows))
+    print(f"Checksum sha256:{report.checksum} is the same in the backup and the database.")
+    print(f"The database as it was before is in {report.replaced} (restore that file to undo).")
+    if report.taken_away:
+        print(f"\nBookings made since the backup, gone now ({len(report.taken_away)}):")
+        print(format_table(("ID", "USER", "POOL", "START", "END", "STATUS"), [
+            (line.id, line.user, line.pool, format_time(line.start), format_time(line.end),
+             line.status) for line in report.taken_away]))
+    if report.taken_back:
+        print(f"\nBookings changed since the backup, as they were then ({len(report.taken_back)}):")
+        print(format_table(("ID", "USER", "POOL", "START", "END", "STATUS", "BEFORE THE RESTORE"), [
+            (change.restored.id, change.restored.user, change.restored.pool,
+             format_time(change.restored.start), format_time(change.restored.end),
+             change.restored.status, _what_changed(change)) for change in report.taken_back]))
+    users = report.users_to_tell()
+    if users:
+        print(f"\nTell {len(users)} user(s): {', '.join(users)}.")
+    else:
+        print("\nNo booking was made or changed since the backup.")
+    return 0
+
+
+def _what_changed(change) -> str:
+    restored, replaced = change.restored, change.replaced
+    said = []
+    if (restored.pool, restored.start, restored.end) != (replaced.pool, replaced.start, replaced.end):
+        said.append(f"{replaced.pool} {format_time(replaced.start)}-{format_time(replaced.end)}")
+    if restored.status != replaced.status:
+        said.append(replaced.status)
+    return ", ".join(said) or "placement, server or note"
 
 
 def cmd_db_current(args: argparse.Namespace) -> int:
@@ -270,10 +318,25 @@ def build_parser() -> argparse.ArgumentParser:
         "backup",
         parents=[database],
         help="write a consistent copy of the database, taken while the service runs, into a "
-        "new SQLite file (any backend; restore it with `db copy`)",
+        "new SQLite file (any backend; restore it with `db restore`)",
     )
     db_backup.add_argument("file", help="the new SQLite file (never overwritten)")
     db_backup.set_defaults(run=cmd_db_backup)
+    db_restore = db.add_parser(
+        "restore",
+        parents=[database],
+        help="take the database (at the current schema) back to a backup, with the hub "
+        "stopped: it is first backed up itself, the bookings made or changed since the backup "
+        "are listed, and ids are never given again",
+    )
+    db_restore.add_argument("file", help="a backup `db backup` wrote (an older release's too)")
+    db_restore.add_argument(
+        "--replaced",
+        metavar="FILE",
+        help="the new SQLite file to keep the database as it was before in (default: "
+        f"{REPLACED_PREFIX}gpubooking-<UTC time>.sqlite beside the backup)",
+    )
+    db_restore.set_defaults(run=cmd_db_restore)
 
     pools = topics.add_parser("pools", help="configured GPU pools").add_subparsers(
         dest="action", required=True

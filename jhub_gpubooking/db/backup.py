@@ -1,8 +1,7 @@
 """Back up the booking database while the service runs (``jhub-gpubooking db backup FILE``).
 
 The backup is a new SQLite file, whatever the database is, so one command restores it
-anywhere: ``jhub-gpubooking db copy --from sqlite:///FILE --to URL`` into an empty, migrated
-database.
+into any database: ``jhub-gpubooking db restore FILE`` (:mod:`.restore`).
 
 - **SQLite** is copied with SQLite's own online backup (``sqlite3.Connection.backup``) in one
   step: a consistent snapshot of every committed transaction, at any schema revision, without
@@ -64,8 +63,8 @@ def backup_database(url: str, path: str | os.PathLike,
             checksum = _server_backup(url, partial, stop)
         if stop is not None and stop.is_set():
             raise CopyStopped(f"The backup of {display_url(url)} was stopped; no file was written.")
-        _single_file_and_checked(partial)
-        revision, counts = _contents(partial)
+        check_single_file(partial)
+        revision, counts = backup_contents(partial)
         os.replace(partial, target)
     except BaseException:
         _remove_sqlite_files(partial)
@@ -102,7 +101,7 @@ def _server_backup(url: str, partial: Path, stop: threading.Event | None) -> str
         ) from error
 
 
-def _single_file_and_checked(partial: Path) -> None:
+def check_single_file(partial: Path) -> None:
     connection = sqlite3.connect(partial)
     try:
         # the service's databases run in WAL mode; a backup must not need a -wal file beside it
@@ -114,7 +113,7 @@ def _single_file_and_checked(partial: Path) -> None:
         raise CopyRefused(f"The backup failed SQLite's integrity check: {'; '.join(problems)}")
 
 
-def _contents(partial: Path) -> tuple[str, dict[str, int]]:
+def backup_contents(partial: Path) -> tuple[str, dict[str, int]]:
     connection = sqlite3.connect(partial)
     try:
         tables = [

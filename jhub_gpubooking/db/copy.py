@@ -93,20 +93,71 @@ def _refuse_data(connection: Connection, url: str) -> None:
             )
 
 
-def _move_sequences_past_ids(connection: Connection, tables: Iterable[Table]) -> None:
-    """Explicit ids leave PostgreSQL's sequences at 1: the next booking would collide."""
+def move_sequences_past_ids(connection: Connection, tables: Iterable[Table]) -> None:
+    """Explicit ids leave PostgreSQL's sequences where they were: the next booking would collide
+    with a copied one. A sequence is moved forward only, never back: past ids a restore took
+    away are not handed out again either."""
     for table in tables:
         if "id" not in table.c or not table.c.id.autoincrement:
             continue
-        connection.execute(
-            text(
-                f"SELECT setval(pg_get_serial_sequence(:table, 'id'), "
-                f"COALESCE(MAX(id), 1), MAX(id) IS NOT NULL) FROM {table.name}"
-            ).bindparams(table=table.name)
-        )
+        sequence = connection.execute(
+            text("SELECT pg_get_serial_sequence(:table, 'id')").bindparams(table=table.name)
+        ).scalar_one()
+        last, called = connection.execute(
+            text(f"SELECT last_value, is_called FROM {sequence}")
+        ).one()
+        largest = connection.execute(select(func.max(table.c.id))).scalar() or 0
+        given = last if called else 0
+        if max(largest, given) > 0:
+            connection.execute(
+                text("SELECT setval(:sequence, :value, true)").bindparams(
+                    sequence=sequence, value=max(largest, given)
+                )
+            )
 
 
-def _snapshot(engine: Engine) -> Connection:
+def copy_rows(out_of: Connection, into: Connection, *, whole_seconds: bool,
+              stop: threading.Event | None = None,
+              stopped: str = "The copy was stopped; nothing was copied.") -> tuple[dict, str]:
+    """Insert every row ``out_of`` holds into ``into`` (whose tables are empty), parents before
+    children, with their ids. Returns the rows per table and the checksum of what was sent.
+    Once ``stop`` is set, raises :class:`CopyStopped` (``stopped``) at the next chunk."""
+    counts: dict[str, int] = {}
+    copied = _Digest()
+    for table in Base.metadata.sorted_tables:
+        columns = list(table.c.keys())
+        copied.table(table.name)
+        counts[table.name] = 0
+        for chunk in _chunks(out_of, table):
+            if stop is not None and stop.is_set():
+                raise CopyStopped(stopped)
+            chunk = [
+                {column: _fit(value, whole_seconds) for column, value in row.items()}
+                for row in chunk
+            ]
+            into.execute(insert(table), chunk)
+            copied.rows(chunk, columns)
+            counts[table.name] += len(chunk)
+    return counts, copied.hexdigest()
+
+
+def checksum(connection: Connection) -> str:
+    """The SHA-256 of every row of every table, as :func:`copy_rows` computes it."""
+    stored = _Digest()
+    for table in Base.metadata.sorted_tables:
+        stored.table(table.name)
+        columns = list(table.c.keys())
+        for chunk in _chunks(connection, table):
+            stored.rows(chunk, columns)
+    return stored.hexdigest()
+
+
+def stores_whole_seconds(engine: Engine) -> bool:
+    """MySQL/MariaDB DATETIME keeps no fraction of a second."""
+    return engine.dialect.name in ("mysql", "mariadb")
+
+
+def snapshot(engine: Engine) -> Connection:
     """A connection whose reads all see one moment of the database, so a copy taken while the
     service writes is consistent (no event of a booking the copy missed). SQLite's read
     transaction is one already; PostgreSQL and MariaDB need REPEATABLE READ, where the engine's
@@ -128,41 +179,21 @@ def copy_database(source_url: str, target_url: str,
     try:
         for engine in (source, target):
             check_schema(engine)
-        whole_seconds = target.dialect.name in ("mysql", "mariadb")
-        tables = Base.metadata.sorted_tables
-        counts: dict[str, int] = {}
-        copied = _Digest()
-        with target.begin() as into, _snapshot(source) as out_of:
+        whole_seconds = stores_whole_seconds(target)
+        with target.begin() as into, snapshot(source) as out_of:
             _refuse_data(into, target_name)
-            for table in tables:
-                columns = list(table.c.keys())
-                copied.table(table.name)
-                counts[table.name] = 0
-                for chunk in _chunks(out_of, table):
-                    if stop is not None and stop.is_set():
-                        raise CopyStopped(f"The copy from {source_name} was stopped; nothing "
-                                          "was copied.")
-                    chunk = [
-                        {column: _fit(value, whole_seconds) for column, value in row.items()}
-                        for row in chunk
-                    ]
-                    into.execute(insert(table), chunk)
-                    copied.rows(chunk, columns)
-                    counts[table.name] += len(chunk)
+            counts, sent = copy_rows(
+                out_of, into, whole_seconds=whole_seconds, stop=stop,
+                stopped=f"The copy from {source_name} was stopped; nothing was copied.",
+            )
             if target.dialect.name == "postgresql":
-                _move_sequences_past_ids(into, tables)
-            stored = _Digest()
-            for table in tables:
-                stored.table(table.name)
-                columns = list(table.c.keys())
-                for chunk in _chunks(into, table):
-                    stored.rows(chunk, columns)
-            if stored.hexdigest() != copied.hexdigest():
+                move_sequences_past_ids(into, Base.metadata.sorted_tables)
+            if checksum(into) != sent:
                 raise CopyRefused(
                     f"The rows read back from {target_name} differ from those of {source_name} "
                     "(checksum mismatch); nothing was copied."
                 )
-        return CopyReport(counts, copied.hexdigest(), whole_seconds)
+        return CopyReport(counts, sent, whole_seconds)
     finally:
         source.dispose()
         target.dispose()

@@ -99,6 +99,8 @@ class BookingRow(Base):
         # a create sent again after its answer was lost finds the booking it made (0007)
         Index("ix_bookings_user_request_key", "user", "request_key", unique=True),
         CheckConstraint("status IN ('booked', 'cancelled')", name="status"),
+        # SQLite never gives an id twice, not even after a restore (0010)
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -145,6 +147,7 @@ class BookingSeriesRow(Base):
     __table_args__ = (
         # a series sent again after its answer was lost finds the series it made (0008)
         Index("ix_booking_series_user_request_key", "user", "request_key", unique=True),
+        {"sqlite_autoincrement": True},  # 0010
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -162,6 +165,7 @@ class UsageIntervalRow(Base):
     """When a server actually used a booking: opened at claim, closed at release."""
 
     __tablename__ = "usage_intervals"
+    __table_args__ = ({"sqlite_autoincrement": True},)  # 0010
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     booking_id: Mapped[int] = mapped_column(ForeignKey("bookings.id"), index=True)
@@ -175,6 +179,7 @@ class BookingEventRow(Base):
     """Append-only history of a booking (created, cancelled, end_changed, claimed, ...)."""
 
     __tablename__ = "booking_events"
+    __table_args__ = ({"sqlite_autoincrement": True},)  # 0010
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     booking_id: Mapped[int] = mapped_column(ForeignKey("bookings.id"), index=True)
@@ -234,6 +239,7 @@ class WaitRow(Base):
         # a join sent again after its answer was lost finds the wait it made (0007)
         Index("ix_waits_user_request_key", "user", "request_key", unique=True),
         CheckConstraint("state IN ('waiting', 'booked', 'expired', 'withdrawn')", name="state"),
+        {"sqlite_autoincrement": True},  # 0010
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

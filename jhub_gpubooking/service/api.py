@@ -382,8 +382,9 @@ class PoolClaimHandler(APIHandler):
 class ReleaseHandler(ClaimHandler):
     """A server gives its booking back. The body names the server's user too: the server name
     alone ("" for every user's default server) would let a spawner whose stored booking id now
-    belongs to someone else (a database restored from a backup hands out the lost bookings'
-    ids again) unbind that other user's server. Older spawners send the server only."""
+    belongs to someone else (a database put back from a backup by hand, rather than by
+    ``db restore``, hands out the lost bookings' ids again) unbind that other user's server.
+    Older spawners send the server only."""
 
     action = "release"
 

@@ -526,6 +526,10 @@ REVISIONS.append(RevisionData(
     ]},
 ))
 
+# 0010 rebuilds five tables on SQLite (AUTOINCREMENT): no column changes; a booking after a gap
+REVISIONS.append(RevisionData("0010", columns={}, rows={"bookings": [
+    like("0007", "bookings", id=20, user="ada", request_key=None)]}))
+
 REVISION_IDS = [data.revision for data in REVISIONS]
 
 

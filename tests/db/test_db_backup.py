@@ -79,7 +79,7 @@ def test_a_backup_holds_every_row_and_restores_anywhere(
     assert f"(schema revision {HEAD})" in out
     assert any(line.split() == ["bookings", str(len(source["bookings"]))] for line in out.splitlines())
     assert ("Checksum sha256:" in out) == (not db_url.startswith("sqlite"))
-    assert f"db copy --from sqlite:///{file} --to URL" in out
+    assert f"jhub-gpubooking db restore {file}" in out
 
     # restored into an empty database of the same kind, every row is back
     restored = open_database()

@@ -177,6 +177,7 @@ OWN_TRANSACTIONS = {
     "db/session.py": "defines the write transaction and the migrations' transaction",
     "db/store.py": "defines unit_of_work and read_transaction",
     "db/copy.py": "copies into a new database no service uses yet",
+    "db/restore.py": "reads backups; replaces every row in one write transaction, hub stopped",
     "db/locks.py": "the advisory locks, on a connection of their own",
 }
 BEGINS_A_TRANSACTION = re.compile(r"\.begin\(\)|engine\.connect\(\)|\bSession\(|session_factory\(\)")

@@ -1,0 +1,189 @@
+"""Restore a backup into the booking database (``jhub-gpubooking db restore FILE``).
+
+A restore takes the database back to the moment of the backup, so what was booked, changed or
+cancelled since is undone. Nothing is lost for good, and nobody is left to guess:
+
+- the database as it is now is first backed up itself (:func:`backup_database`) into a new
+  file, so a restore of the wrong file is undone by restoring that one;
+- the bookings the restore takes away (made since the backup) and takes back (changed since
+  it) are listed with their users, so the lab knows whom to tell;
+- the rows are replaced in place, in one transaction: every table emptied and filled from the
+  backup, read back and compared by checksum (as :func:`copy_rows` does), else rolled back.
+  Replacing rows rather than the file keeps the database's id counters, which never go back:
+  a new booking after the restore gets an id past every one given before (PostgreSQL's
+  sequences are moved forward only; MariaDB's AUTO_INCREMENT and SQLite's AUTOINCREMENT
+  tables keep their largest id through a DELETE), so a server started on a booking the restore
+  took away cannot meet another user's booking under the same id.
+
+The backup file itself is never written to: it is checked and, when an older release wrote it,
+migrated in a temporary copy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import Engine, delete, select
+
+from ..core.backups import SQLITE_SIDE_FILES
+from .backup import backup_contents, backup_database, check_single_file
+from .copy import (
+    CopyRefused,
+    checksum,
+    copy_rows,
+    move_sequences_past_ids,
+    snapshot,
+    stores_whole_seconds,
+)
+from .models import Base, BookingRow
+from .session import (
+    check_schema,
+    display_url,
+    head_revision,
+    make_engine,
+    upgrade,
+    write_transaction,
+)
+
+
+@dataclass(frozen=True)
+class BookingLine:
+    """A booking as the restore report shows it."""
+
+    id: int
+    user: str
+    pool: str
+    start: datetime
+    end: datetime
+    status: str
+
+
+@dataclass(frozen=True)
+class BookingChange:
+    """A booking the restore took back to an earlier state: as restored, and as it was."""
+
+    restored: BookingLine
+    replaced: BookingLine
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    backup_revision: str  # the schema revision the backup was written at
+    replaced: Path  # the backup of the database as it was before the restore
+    counts_before: dict[str, int]  # table -> rows before the restore
+    counts_after: dict[str, int]  # table -> rows restored
+    taken_away: list[BookingLine]  # bookings made since the backup: gone now
+    taken_back: list[BookingChange]  # bookings changed since the backup: as they were then
+    checksum: str
+
+    def users_to_tell(self) -> list[str]:
+        return sorted({line.user for line in self.taken_away}
+                      | {change.restored.user for change in self.taken_back})
+
+
+def restore_database(backup: str | Path, url: str, replaced: str | Path) -> RestoreReport:
+    """Replace every row of the database at ``url`` (at this release's schema) with the rows
+    of the SQLite backup ``backup``, after backing the database up into the new file
+    ``replaced``."""
+    source_file = Path(backup).expanduser().resolve()
+    if not source_file.is_file():
+        raise CopyRefused(f"There is no backup file {source_file}.")
+    with tempfile.TemporaryDirectory(prefix="gpubooking-restore-") as folder:
+        work_copy = Path(folder) / "backup.sqlite"
+        revision = _checked_work_copy(source_file, work_copy)
+        target = make_engine(url)
+        try:
+            check_schema(target)
+            kept = backup_database(url, replaced)
+            replaced_url = f"sqlite:///{kept.path}"
+            taken_away, taken_back = _differences(replaced_url, f"sqlite:///{work_copy}")
+            counts, restored = _replace_rows(f"sqlite:///{work_copy}", target, display_url(url))
+        finally:
+            target.dispose()
+    return RestoreReport(revision, kept.path, kept.counts, counts, taken_away, taken_back,
+                         restored)
+
+
+def _checked_work_copy(source_file: Path, work_copy: Path) -> str:
+    """Copy the backup (and any side file SQLite left beside it) into ``work_copy``, check it
+    and migrate it to this release's schema; returns the revision the backup was at."""
+    for suffix in SQLITE_SIDE_FILES:
+        side = Path(f"{source_file}{suffix}")
+        if side.is_file():
+            shutil.copyfile(side, f"{work_copy}{suffix}")
+    try:
+        check_single_file(work_copy)
+        revision, _ = backup_contents(work_copy)
+    except CopyRefused as error:
+        raise CopyRefused(f"{source_file}: {error}") from error
+    except sqlite3.DatabaseError as error:  # "file is not a database"
+        raise CopyRefused(f"{source_file} is not a SQLite database ({error}).") from error
+    if revision != head_revision():
+        try:
+            upgrade(f"sqlite:///{work_copy}")
+        except Exception as error:
+            raise CopyRefused(
+                f"The backup {source_file} is at schema revision {revision}, which this release "
+                f"(at {head_revision()}) cannot migrate ({error}). A backup from a newer release "
+                "is restored with that release."
+            ) from error
+    return revision
+
+
+def _bookings(url: str) -> dict[int, tuple]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(select(
+                BookingRow.id, BookingRow.user, BookingRow.pool, BookingRow.start,
+                BookingRow.end, BookingRow.status, BookingRow.created, BookingRow.updated,
+            )).all()
+    finally:
+        engine.dispose()
+    # to the second: MariaDB keeps no fraction, and a backup may come from another backend
+    return {row.id: tuple(_to_the_second(value) for value in row) for row in rows}
+
+
+def _to_the_second(value):
+    return value.replace(microsecond=0) if isinstance(value, datetime) else value
+
+
+def _differences(replaced_url: str, backup_url: str) -> tuple[list[BookingLine],
+                                                              list[BookingChange]]:
+    """The bookings of the replaced database that the backup does not hold (another booking
+    under the same id counts as not held), and those it holds in an earlier state."""
+    now, then = _bookings(replaced_url), _bookings(backup_url)
+    taken_away, taken_back = [], []
+    for booking_id, row in sorted(now.items()):
+        line = BookingLine(*row[:6])
+        earlier = then.get(booking_id)
+        # the same booking: the same user, made at the same moment
+        if earlier is None or earlier[1] != row[1] or earlier[6] != row[6]:
+            taken_away.append(line)
+        elif earlier != row:  # changed since: times, state or its last update
+            taken_back.append(BookingChange(BookingLine(*earlier[:6]), line))
+    return taken_away, taken_back
+
+
+def _replace_rows(backup_url: str, target: Engine, target_name: str) -> tuple[dict, str]:
+    source = make_engine(backup_url)
+    try:
+        with write_transaction(target) as into, snapshot(source) as out_of:
+            for table in reversed(Base.metadata.sorted_tables):  # children before parents
+                into.execute(delete(table))
+            counts, sent = copy_rows(out_of, into, whole_seconds=stores_whole_seconds(target))
+            if target.dialect.name == "postgresql":
+                move_sequences_past_ids(into, Base.metadata.sorted_tables)
+            if checksum(into) != sent:
+                raise CopyRefused(
+                    f"The rows read back from {target_name} differ from the backup's (checksum "
+                    "mismatch); nothing was changed."
+                )
+        return counts, sent
+    finally:
+        source.dispose()

@@ -1,0 +1,164 @@
+"""``jhub-gpubooking db restore FILE``: the database goes back to a backup in one transaction,
+is backed up itself first, lists whom the restore concerns, and never gives an id twice."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from db_test_times import NOW
+from migration_data import REVISION_IDS, rows_of, write_rows
+from sqlalchemy import text
+
+from jhub_gpubooking.cli import main
+from jhub_gpubooking.db import restore
+from jhub_gpubooking.db.backup import backup_database
+from jhub_gpubooking.db.copy import CopyRefused
+from jhub_gpubooking.db.restore import restore_database
+from jhub_gpubooking.db.session import StaleSchema, make_engine, upgrade
+
+
+def book(store, user: str, hours_ahead: int):
+    start = NOW.replace(minute=0) + timedelta(hours=hours_ahead)
+    return store.create(user, "a100", 1, start, start + timedelta(hours=2))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def lines_after(out: str, heading: str) -> list[list[str]]:
+    """The rows of the table printed under ``heading`` (up to the next blank line)."""
+    block = out.split(heading, 1)[1].split("\n\n", 1)[0]
+    return [line.split() for line in block.splitlines()[2:]]
+
+
+def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
+    migrated_url, store, tmp_path, capsys
+):
+    kept = book(store, "ada", 2)
+    changed = book(store, "bob", 4)
+    backup = backup_database(migrated_url, tmp_path / "gpubooking-20261201T0300Z.sqlite").path
+    at_backup, backup_bytes = rows_of(f"sqlite:///{backup}"), sha256(backup)
+    store.cancel(changed.id, actor="bob")
+    made_since = book(store, "carol", 6)
+    before = rows_of(migrated_url)
+
+    code = main(["db", "restore", str(backup), "--db-url", migrated_url])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert rows_of(migrated_url) == at_backup
+    assert sha256(backup) == backup_bytes  # the backup itself is only read
+    assert "is the same in the backup and the database" in out
+    assert any(line.split() == ["bookings", "3", "2"] for line in out.splitlines())
+    gone = lines_after(out, "Bookings made since the backup, gone now (1):")
+    assert [row[:3] for row in gone] == [[str(made_since.id), "carol", "a100"]]
+    back = lines_after(out, "Bookings changed since the backup, as they were then (1):")
+    assert [row[:3] + row[-2:] for row in back] == [
+        [str(changed.id), "bob", "a100", "booked", "cancelled"]]
+    assert "Tell 2 user(s): bob, carol." in out
+    assert store.get(kept.id).status == "booked" and store.get(changed.id).status == "booked"
+
+    # the database as it was is kept beside the backup, under a name the rotation leaves alone
+    [replaced] = [path for path in tmp_path.iterdir() if path.name.startswith("replaced-")]
+    assert replaced.name.startswith("replaced-gpubooking-") and f"in {replaced}" in out
+    assert rows_of(f"sqlite:///{replaced}") == before
+
+    # no id is given twice: the next booking's id is past the one the restore took away
+    after = book(store, "dan", 8)
+    assert after.id > made_since.id
+
+    # restoring the kept file undoes the restore; the booking made meanwhile is listed
+    undo = tmp_path / "undo.sqlite"
+    assert main(["db", "restore", str(replaced), "--db-url", migrated_url,
+                 "--replaced", str(undo)]) == 0
+    out = capsys.readouterr().out
+    assert rows_of(migrated_url) == before
+    gone = lines_after(out, "Bookings made since the backup, gone now (1):")
+    assert [row[:2] for row in gone] == [[str(after.id), "dan"]]
+    assert "Tell 2 user(s): bob, dan." in out
+    assert book(store, "eve", 10).id > after.id
+
+
+def test_a_backup_of_an_older_release_is_migrated_in_a_copy(migrated_url, tmp_path, capsys):
+    backup = tmp_path / "old.sqlite"
+    old_url = f"sqlite:///{backup}"
+    for revision in REVISION_IDS[:3]:
+        upgrade(old_url, revision)
+        engine = make_engine(old_url)
+        with engine.begin() as connection:
+            write_rows(connection, revision)
+        engine.dispose()
+    old_bytes = sha256(backup)
+
+    assert main(["db", "restore", str(backup), "--db-url", migrated_url,
+                 "--replaced", str(tmp_path / "replaced.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert f"(written at schema revision {REVISION_IDS[2]})" in out
+    assert "No booking was made or changed since the backup." in out
+    assert sha256(backup) == old_bytes
+    upgrade(old_url)  # what the restore did in its copy
+    assert rows_of(migrated_url) == rows_of(old_url)
+
+
+def test_a_failed_restore_changes_nothing(migrated_url, store, tmp_path, monkeypatch):
+    book(store, "ada", 2)
+    backup = backup_database(migrated_url, tmp_path / "backup.sqlite").path
+    book(store, "bob", 4)
+    before = rows_of(migrated_url)
+    monkeypatch.setattr(restore, "checksum", lambda connection: "not the backup's")
+    with pytest.raises(CopyRefused, match="checksum mismatch"):
+        restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
+    assert rows_of(migrated_url) == before
+
+
+def test_what_cannot_be_restored_is_refused_with_the_reason(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'gpubooking.sqlite'}"
+    upgrade(url)
+    backup = backup_database(url, tmp_path / "backup.sqlite").path
+    not_a_database = tmp_path / "notes.txt"
+    not_a_database.write_text("not a database\n" * 100)
+    newer = tmp_path / "newer.sqlite"
+    newer.write_bytes(backup.read_bytes())
+    with sqlite3.connect(newer) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = '9999'")
+    stale = f"sqlite:///{tmp_path / 'never-upgraded.sqlite'}"
+
+    def refusal(*argv: str) -> str:
+        assert main(["db", "restore", *argv]) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        return err
+
+    assert "There is no backup file" in refusal(str(tmp_path / "missing.sqlite"), "--db-url", url)
+    assert "is not a SQLite database" in refusal(str(not_a_database), "--db-url", url)
+    assert "is at schema revision 9999, which this release" in refusal(
+        str(newer), "--db-url", url)
+    assert "has no schema yet" in refusal(str(backup), "--db-url", stale)
+    taken = tmp_path / "taken.sqlite"
+    taken.write_text("")
+    assert "exists already" in refusal(str(backup), "--db-url", url, "--replaced", str(taken))
+    # nothing of the refused restores is left: no replaced file, no temporary copy
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "backup.sqlite", "gpubooking.sqlite", "never-upgraded.sqlite", "newer.sqlite",
+        "notes.txt", "taken.sqlite"]
+    with pytest.raises(StaleSchema):
+        restore_database(backup, stale, tmp_path / "unused.sqlite")
+
+
+def test_sqlite_keeps_the_largest_id_of_each_table_through_the_restore(tmp_path):
+    """What makes ids never given twice on SQLite: AUTOINCREMENT (0010) on every table whose
+    rows a restore can take away."""
+    url = f"sqlite:///{tmp_path / 'gpubooking.sqlite'}"
+    upgrade(url)
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        autoincrement = set(connection.execute(text(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%AUTOINCREMENT%'"
+        )).scalars())
+    engine.dispose()
+    assert autoincrement == {"bookings", "booking_series", "booking_events", "usage_intervals",
+                             "waits", "maintenance_windows"}
