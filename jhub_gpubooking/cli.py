@@ -162,6 +162,13 @@ def cmd_db_restore(args: argparse.Namespace) -> int:
             (change.restored.id, change.restored.user, change.restored.pool,
              format_time(change.restored.start), format_time(change.restored.end),
              change.restored.status, _what_changed(change)) for change in report.taken_back]))
+    running = report.servers_to_stop()
+    if running:
+        print(f"\nServers that were running on bookings the restore took away or back "
+              f"({len(running)}): once the hub runs again, stop them (the Hub's admin page), "
+              "since their pods hold GPUs the restored database counts as free:")
+        print(format_table(("BOOKING", "USER", "SERVER"), [
+            (line.id, line.user, line.server or "(default)") for line in running]))
     users = report.users_to_tell()
     if users:
         print(f"\nTell {len(users)} user(s): {', '.join(users)}.")

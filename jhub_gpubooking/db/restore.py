@@ -61,6 +61,7 @@ class BookingLine:
     start: datetime
     end: datetime
     status: str
+    server: str | None  # the Hub server using it ("" the default one), None: unused
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,15 @@ class RestoreReport:
     taken_away: list[BookingLine]  # bookings made since the backup: gone now
     taken_back: list[BookingChange]  # bookings changed since the backup: as they were then
     checksum: str
+
+    def servers_to_stop(self) -> list[BookingLine]:
+        """The bookings a Hub server was using when the restore ran that the restore took away
+        or gave back unused: with ``cleanup_servers`` off (z2jh), their pods survive the Hub's
+        stop and go on holding GPUs that the restored database counts as free."""
+        changed = [change.replaced for change in self.taken_back
+                   if change.replaced.server is not None
+                   and change.restored.server != change.replaced.server]
+        return [line for line in self.taken_away if line.server is not None] + changed
 
     def users_to_tell(self) -> list[str]:
         return sorted({line.user for line in self.taken_away}
@@ -141,7 +151,8 @@ def _bookings(url: str) -> dict[int, tuple]:
         with engine.connect() as connection:
             rows = connection.execute(select(
                 BookingRow.id, BookingRow.user, BookingRow.pool, BookingRow.start,
-                BookingRow.end, BookingRow.status, BookingRow.created, BookingRow.updated,
+                BookingRow.end, BookingRow.status, BookingRow.server, BookingRow.created,
+                BookingRow.updated,
             )).all()
     finally:
         engine.dispose()
@@ -160,13 +171,13 @@ def _differences(replaced_url: str, backup_url: str) -> tuple[list[BookingLine],
     now, then = _bookings(replaced_url), _bookings(backup_url)
     taken_away, taken_back = [], []
     for booking_id, row in sorted(now.items()):
-        line = BookingLine(*row[:6])
+        line = BookingLine(*row[:7])
         earlier = then.get(booking_id)
         # the same booking: the same user, made at the same moment
-        if earlier is None or earlier[1] != row[1] or earlier[6] != row[6]:
+        if earlier is None or earlier[1] != row[1] or earlier[7] != row[7]:
             taken_away.append(line)
         elif earlier != row:  # changed since: times, state or its last update
-            taken_back.append(BookingChange(BookingLine(*earlier[:6]), line))
+            taken_back.append(BookingChange(BookingLine(*earlier[:7]), line))
     return taken_away, taken_back
 
 

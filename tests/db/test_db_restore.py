@@ -31,7 +31,8 @@ def sha256(path: Path) -> str:
 
 
 def lines_after(out: str, heading: str) -> list[list[str]]:
-    """The rows of the table printed under ``heading`` (up to the next blank line)."""
+    """The rows of the table printed under ``heading`` (a line of its own, up to the next blank
+    line)."""
     block = out.split(heading, 1)[1].split("\n\n", 1)[0]
     return [line.split() for line in block.splitlines()[2:]]
 
@@ -44,7 +45,8 @@ def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
     backup = backup_database(migrated_url, tmp_path / "gpubooking-20261201T0300Z.sqlite").path
     at_backup, backup_bytes = rows_of(f"sqlite:///{backup}"), sha256(backup)
     store.cancel(changed.id, actor="bob")
-    made_since = book(store, "carol", 6)
+    made_since = book(store, "carol", 0)  # the slot running now, and a server started on it
+    store.claim(made_since.id, "gpu")
     before = rows_of(migrated_url)
 
     code = main(["db", "restore", str(backup), "--db-url", migrated_url])
@@ -59,6 +61,8 @@ def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
     back = lines_after(out, "Bookings changed since the backup, as they were then (1):")
     assert [row[:3] + row[-2:] for row in back] == [
         [str(changed.id), "bob", "a100", "booked", "cancelled"]]
+    running = lines_after(out, "Servers that were running on bookings the restore took away or back")
+    assert running == [[str(made_since.id), "carol", "gpu"]]
     assert "Tell 2 user(s): bob, carol." in out
     assert store.get(kept.id).status == "booked" and store.get(changed.id).status == "booked"
 
