@@ -116,12 +116,16 @@ def move_sequences_past_ids(connection: Connection, tables: Iterable[Table]) -> 
             )
 
 
-def copy_rows(out_of: Connection, into: Connection, *, whole_seconds: bool,
-              stop: threading.Event | None = None,
-              stopped: str = "The copy was stopped; nothing was copied.") -> tuple[dict, str]:
+def copy_rows(out_of: Connection, into: Connection, *, stop: threading.Event | None = None,
+              stopped: str = "The copy was stopped; nothing was copied.",
+              mismatch: str = "The rows read back differ (checksum mismatch).") -> tuple[dict, str]:
     """Insert every row ``out_of`` holds into ``into`` (whose tables are empty), parents before
-    children, with their ids. Returns the rows per table and the checksum of what was sent.
-    Once ``stop`` is set, raises :class:`CopyStopped` (``stopped``) at the next chunk."""
+    children, with their ids; move PostgreSQL's sequences past them; read every row back and
+    compare checksums. Returns the rows per table and the checksum. Raises
+    :class:`CopyStopped` (``stopped``) at the next chunk once ``stop`` is set, and
+    :class:`CopyRefused` (``mismatch``) when what was read back differs: the caller's
+    transaction then rolls back."""
+    whole_seconds = stores_whole_seconds(into.engine)
     counts: dict[str, int] = {}
     copied = _Digest()
     for table in Base.metadata.sorted_tables:
@@ -138,6 +142,10 @@ def copy_rows(out_of: Connection, into: Connection, *, whole_seconds: bool,
             into.execute(insert(table), chunk)
             copied.rows(chunk, columns)
             counts[table.name] += len(chunk)
+    if into.dialect.name == "postgresql":
+        move_sequences_past_ids(into, Base.metadata.sorted_tables)
+    if checksum(into) != copied.hexdigest():
+        raise CopyRefused(mismatch)
     return counts, copied.hexdigest()
 
 
@@ -179,21 +187,15 @@ def copy_database(source_url: str, target_url: str,
     try:
         for engine in (source, target):
             check_schema(engine)
-        whole_seconds = stores_whole_seconds(target)
         with target.begin() as into, snapshot(source) as out_of:
             _refuse_data(into, target_name)
             counts, sent = copy_rows(
-                out_of, into, whole_seconds=whole_seconds, stop=stop,
+                out_of, into, stop=stop,
                 stopped=f"The copy from {source_name} was stopped; nothing was copied.",
+                mismatch=f"The rows read back from {target_name} differ from those of "
+                f"{source_name} (checksum mismatch); nothing was copied.",
             )
-            if target.dialect.name == "postgresql":
-                move_sequences_past_ids(into, Base.metadata.sorted_tables)
-            if checksum(into) != sent:
-                raise CopyRefused(
-                    f"The rows read back from {target_name} differ from those of {source_name} "
-                    "(checksum mismatch); nothing was copied."
-                )
-        return CopyReport(counts, sent, whole_seconds)
+        return CopyReport(counts, sent, stores_whole_seconds(target))
     finally:
         source.dispose()
         target.dispose()

@@ -8,7 +8,7 @@ cancelled since is undone. Nothing is lost for good, and nobody is left to guess
 - the bookings the restore takes away (made since the backup) and takes back (changed since
   it) are listed with their users, so the lab knows whom to tell;
 - the rows are replaced in place, in one transaction: every table emptied and filled from the
-  backup, read back and compared by checksum (as :func:`copy_rows` does), else rolled back.
+  backup, read back and compared by checksum (:func:`copy_rows`), else rolled back.
   Replacing rows rather than the file keeps the database's id counters, which never go back:
   a new booking after the restore gets an id past every one given before (PostgreSQL's
   sequences are moved forward only; MariaDB's AUTO_INCREMENT and SQLite's AUTOINCREMENT
@@ -32,14 +32,7 @@ from sqlalchemy import Engine, delete, select
 
 from ..core.backups import SQLITE_SIDE_FILES
 from .backup import backup_contents, backup_database, check_single_file
-from .copy import (
-    CopyRefused,
-    checksum,
-    copy_rows,
-    move_sequences_past_ids,
-    snapshot,
-    stores_whole_seconds,
-)
+from .copy import CopyRefused, copy_rows, snapshot
 from .models import Base, BookingRow
 from .session import (
     check_schema,
@@ -187,14 +180,8 @@ def _replace_rows(backup_url: str, target: Engine, target_name: str) -> tuple[di
         with write_transaction(target) as into, snapshot(source) as out_of:
             for table in reversed(Base.metadata.sorted_tables):  # children before parents
                 into.execute(delete(table))
-            counts, sent = copy_rows(out_of, into, whole_seconds=stores_whole_seconds(target))
-            if target.dialect.name == "postgresql":
-                move_sequences_past_ids(into, Base.metadata.sorted_tables)
-            if checksum(into) != sent:
-                raise CopyRefused(
-                    f"The rows read back from {target_name} differ from the backup's (checksum "
-                    "mismatch); nothing was changed."
-                )
-        return counts, sent
+            return copy_rows(out_of, into, mismatch=(
+                f"The rows read back from {target_name} differ from the backup's (checksum "
+                "mismatch); nothing was changed."))
     finally:
         source.dispose()

@@ -14,7 +14,7 @@ from migration_data import REVISION_IDS, rows_of, write_rows
 from sqlalchemy import text
 
 from jhub_gpubooking.cli import main
-from jhub_gpubooking.db import restore
+from jhub_gpubooking.db import copy
 from jhub_gpubooking.db.backup import backup_database
 from jhub_gpubooking.db.copy import CopyRefused
 from jhub_gpubooking.db.restore import restore_database
@@ -113,7 +113,7 @@ def test_a_failed_restore_changes_nothing(migrated_url, store, tmp_path, monkeyp
     backup = backup_database(migrated_url, tmp_path / "backup.sqlite").path
     book(store, "bob", 4)
     before = rows_of(migrated_url)
-    monkeypatch.setattr(restore, "checksum", lambda connection: "not the backup's")
+    monkeypatch.setattr(copy, "checksum", lambda connection: "not the backup's")
     with pytest.raises(CopyRefused, match="checksum mismatch"):
         restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
     assert rows_of(migrated_url) == before
