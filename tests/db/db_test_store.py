@@ -1,17 +1,31 @@
-"""Helpers of the database tests that look into a store: the statements it sends, a booking
-put on a chosen GPU, a large pool fragmented so that only moving a booking lets a whole GPU in
-(a plain module, importable from every test file, unlike a conftest)."""
+"""Helpers of the database tests: a database filled at each revision on the way up, and, looking
+into a store, the statements it sends, a booking put on a chosen GPU, a large pool fragmented so
+that only moving a booking lets a whole GPU in (a plain module, importable from every test
+file, unlike a conftest)."""
 
 from __future__ import annotations
 
 from db_test_times import at
+from migration_data import REVISION_IDS, write_rows
 from sqlalchemy import event
 
 from jhub_gpubooking.core.model import Placement, Pool
+from jhub_gpubooking.db.session import make_engine, upgrade
 
 #: Above the exhaustive chain's limit (17 GPUs): with the bounded chain and repack given no
 #: budget, only the exact program moves bookings here.
 BIG = Pool(name="big", nodes={"node-x": 2, "node-y": 15}, slices_per_gpu=4, backend="hami")
+
+
+def fill(url: str, up_to: str = REVISION_IDS[-1]) -> None:
+    """Rows in every table, written at each revision on the way up to ``up_to``
+    (tests/db/migration_data.py), the database left at ``up_to``."""
+    for revision in REVISION_IDS[: REVISION_IDS.index(up_to) + 1]:
+        upgrade(url, revision)
+        engine = make_engine(url)
+        with engine.begin() as connection:
+            write_rows(connection, revision)
+        engine.dispose()
 
 
 def statements(store) -> list[str]:

@@ -10,8 +10,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from db_test_store import fill
 from db_test_times import NOW
-from migration_data import REVISION_IDS, rows_of, write_rows
+from migration_data import REVISION_IDS, rows_of
 
 from jhub_gpubooking.cli import main
 from jhub_gpubooking.core.clock import ManualClock
@@ -22,16 +23,6 @@ from jhub_gpubooking.db.session import make_engine, make_session_factory, upgrad
 from jhub_gpubooking.db.store import BookingStore
 
 HEAD = REVISION_IDS[-1]
-
-
-def fill(url: str, pools, up_to: str = HEAD) -> None:
-    """Rows in every table, written at each revision on the way up to ``up_to``."""
-    for revision in REVISION_IDS[: REVISION_IDS.index(up_to) + 1]:
-        upgrade(url, revision)
-        engine = make_engine(url)
-        with engine.begin() as connection:
-            write_rows(connection, revision)
-        engine.dispose()
 
 
 def store_on(engine, pools) -> BookingStore:
@@ -58,9 +49,9 @@ def beside(path: Path) -> list[str]:
 
 
 def test_a_backup_holds_every_row_and_restores_anywhere(
-    db_url, pools, tmp_path, open_database, capsys
+    db_url, tmp_path, open_database, capsys
 ):
-    fill(db_url, pools)
+    fill(db_url)
     folder = tmp_path / "backups"
     folder.mkdir()
     file = folder / "gpubooking-2026-11-28.sqlite"
@@ -91,7 +82,7 @@ def test_a_backup_holds_every_row_and_restores_anywhere(
 def test_a_sqlite_backup_holds_what_only_the_wal_file_holds(tmp_path, pools):
     database = tmp_path / "gpubooking.sqlite"
     url = f"sqlite:///{database}"
-    fill(url, pools)
+    fill(url)
     engine = make_engine(url)  # open, like the running service: nothing is checkpointed
     store = store_on(engine, pools)
     latest = book(store, 3)
@@ -108,9 +99,9 @@ def test_a_sqlite_backup_holds_what_only_the_wal_file_holds(tmp_path, pools):
     engine.dispose()
 
 
-def test_a_sqlite_database_at_an_older_revision_is_backed_up_as_it_is(tmp_path, pools):
+def test_a_sqlite_database_at_an_older_revision_is_backed_up_as_it_is(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.sqlite'}"
-    fill(url, pools, up_to=REVISION_IDS[1])
+    fill(url, up_to=REVISION_IDS[1])
     report = backup_database(url, tmp_path / "backup.sqlite")
     assert report.revision == REVISION_IDS[1]
     assert report.counts["bookings"] > 0
@@ -146,9 +137,9 @@ def test_a_copy_while_the_service_writes_is_one_moment(db_url, pools, tmp_path, 
     engine.dispose()
 
 
-def test_an_existing_file_is_never_overwritten(tmp_path, pools, capsys):
+def test_an_existing_file_is_never_overwritten(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'gpubooking.sqlite'}"
-    fill(url, pools)
+    fill(url)
     file = tmp_path / "backup.sqlite"
     file.write_text("last week's backup")
     assert main(["db", "backup", str(file), "--db-url", url]) == 1
@@ -180,8 +171,8 @@ def test_what_cannot_be_backed_up_is_refused_and_leaves_nothing(tmp_path, proble
 @pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres),
                                     pytest.param("mysql", marks=pytest.mark.mysql)],
                          indirect=True)
-def test_a_server_database_at_another_revision_is_refused(db_url, pools, tmp_path, capsys):
-    fill(db_url, pools, up_to=REVISION_IDS[-2])
+def test_a_server_database_at_another_revision_is_refused(db_url, tmp_path, capsys):
+    fill(db_url, up_to=REVISION_IDS[-2])
     assert main(["db", "backup", str(tmp_path / "backup.sqlite"), "--db-url", db_url]) == 1
     err = capsys.readouterr().err
     assert "take the backup with the release that uses the database" in err
@@ -191,8 +182,8 @@ def test_a_server_database_at_another_revision_is_refused(db_url, pools, tmp_pat
 
 @pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres)],
                          indirect=True)
-def test_an_interrupted_backup_leaves_no_file(db_url, pools, tmp_path, monkeypatch):
-    fill(db_url, pools)
+def test_an_interrupted_backup_leaves_no_file(db_url, tmp_path, monkeypatch):
+    fill(db_url)
     from jhub_gpubooking.db import backup
 
     def interrupted(source, target, stop):

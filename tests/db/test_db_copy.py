@@ -7,14 +7,15 @@ import re
 from datetime import timedelta
 
 import pytest
+from db_test_store import fill
 from db_test_times import NOW
-from migration_data import REVISION_IDS, rows_of, write_rows
+from migration_data import REVISION_IDS, rows_of
 from sqlalchemy import text
 
 from jhub_gpubooking.cli import main
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.db.copy import CopyRefused, copy_database
-from jhub_gpubooking.db.session import make_engine, make_session_factory, upgrade
+from jhub_gpubooking.db.session import make_engine, make_session_factory
 from jhub_gpubooking.db.store import BookingStore
 
 HEAD = REVISION_IDS[-1]
@@ -25,12 +26,7 @@ def source(tmp_path, pools):
     """A SQLite database with rows in every table (written at each revision on the way up)
     and bookings the store made (times with fractions of a second, as the service writes)."""
     url = f"sqlite:///{tmp_path / 'source.sqlite'}"
-    for revision in REVISION_IDS:
-        upgrade(url, revision)
-        engine = make_engine(url)
-        with engine.begin() as connection:
-            write_rows(connection, revision)
-        engine.dispose()
+    fill(url)
     engine = make_engine(url)
     store = BookingStore(
         make_session_factory(engine),

@@ -9,8 +9,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from db_test_store import fill
 from db_test_times import NOW
-from migration_data import REVISION_IDS, rows_of, write_rows
+from migration_data import REVISION_IDS, rows_of
 from sqlalchemy import text
 
 from jhub_gpubooking.cli import main
@@ -90,12 +91,7 @@ def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
 def test_a_backup_of_an_older_release_is_migrated_in_a_copy(migrated_url, tmp_path, capsys):
     backup = tmp_path / "old.sqlite"
     old_url = f"sqlite:///{backup}"
-    for revision in REVISION_IDS[:3]:
-        upgrade(old_url, revision)
-        engine = make_engine(old_url)
-        with engine.begin() as connection:
-            write_rows(connection, revision)
-        engine.dispose()
+    fill(old_url, up_to=REVISION_IDS[2])
     old_bytes = sha256(backup)
 
     assert main(["db", "restore", str(backup), "--db-url", migrated_url,
