@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from sqlalchemy import Engine, delete, select
 
@@ -138,7 +139,15 @@ def _checked_work_copy(source_file: Path, work_copy: Path) -> str:
     return revision
 
 
-def _bookings(url: str) -> dict[int, tuple]:
+class _Stored(NamedTuple):
+    """What the restore compares of a booking row."""
+
+    line: BookingLine
+    created: datetime
+    updated: datetime
+
+
+def _bookings(url: str) -> dict[int, _Stored]:
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
@@ -150,7 +159,11 @@ def _bookings(url: str) -> dict[int, tuple]:
     finally:
         engine.dispose()
     # to the second: MariaDB keeps no fraction, and a backup may come from another backend
-    return {row.id: tuple(_to_the_second(value) for value in row) for row in rows}
+    stored = {}
+    for row in rows:
+        *shown, created, updated = (_to_the_second(value) for value in row)
+        stored[row.id] = _Stored(BookingLine(*shown), created, updated)
+    return stored
 
 
 def _to_the_second(value):
@@ -164,13 +177,12 @@ def _differences(replaced_url: str, backup_url: str) -> tuple[list[BookingLine],
     now, then = _bookings(replaced_url), _bookings(backup_url)
     taken_away, taken_back = [], []
     for booking_id, row in sorted(now.items()):
-        line = BookingLine(*row[:7])
         earlier = then.get(booking_id)
         # the same booking: the same user, made at the same moment
-        if earlier is None or earlier[1] != row[1] or earlier[7] != row[7]:
-            taken_away.append(line)
-        elif earlier != row:  # changed since: times, state or its last update
-            taken_back.append(BookingChange(BookingLine(*earlier[:7]), line))
+        if earlier is None or (earlier.line.user, earlier.created) != (row.line.user, row.created):
+            taken_away.append(row.line)
+        elif earlier != row:  # changed since: times, state, server or its last update
+            taken_back.append(BookingChange(earlier.line, row.line))
     return taken_away, taken_back
 
 
