@@ -93,7 +93,7 @@ def _refuse_data(connection: Connection, url: str) -> None:
             )
 
 
-def move_sequences_past_ids(connection: Connection, tables: Iterable[Table]) -> None:
+def _move_sequences_past_ids(connection: Connection, tables: Iterable[Table]) -> None:
     """Explicit ids leave PostgreSQL's sequences where they were: the next booking would collide
     with a copied one. A sequence is moved forward only, never back: past ids a restore took
     away are not handed out again either."""
@@ -118,14 +118,14 @@ def move_sequences_past_ids(connection: Connection, tables: Iterable[Table]) -> 
 
 def copy_rows(out_of: Connection, into: Connection, *, stop: threading.Event | None = None,
               stopped: str = "The copy was stopped; nothing was copied.",
-              mismatch: str = "The rows read back differ (checksum mismatch).") -> tuple[dict, str]:
+              mismatch: str) -> tuple[dict, str]:
     """Insert every row ``out_of`` holds into ``into`` (whose tables are empty), parents before
     children, with their ids; move PostgreSQL's sequences past them; read every row back and
     compare checksums. Returns the rows per table and the checksum. Raises
     :class:`CopyStopped` (``stopped``) at the next chunk once ``stop`` is set, and
     :class:`CopyRefused` (``mismatch``) when what was read back differs: the caller's
     transaction then rolls back."""
-    whole_seconds = stores_whole_seconds(into.engine)
+    whole_seconds = _stores_whole_seconds(into.engine)
     counts: dict[str, int] = {}
     copied = _Digest()
     for table in Base.metadata.sorted_tables:
@@ -143,7 +143,7 @@ def copy_rows(out_of: Connection, into: Connection, *, stop: threading.Event | N
             copied.rows(chunk, columns)
             counts[table.name] += len(chunk)
     if into.dialect.name == "postgresql":
-        move_sequences_past_ids(into, Base.metadata.sorted_tables)
+        _move_sequences_past_ids(into, Base.metadata.sorted_tables)
     if checksum(into) != copied.hexdigest():
         raise CopyRefused(mismatch)
     return counts, copied.hexdigest()
@@ -160,7 +160,7 @@ def checksum(connection: Connection) -> str:
     return stored.hexdigest()
 
 
-def stores_whole_seconds(engine: Engine) -> bool:
+def _stores_whole_seconds(engine: Engine) -> bool:
     """MySQL/MariaDB DATETIME keeps no fraction of a second."""
     return engine.dialect.name in ("mysql", "mariadb")
 
@@ -195,7 +195,7 @@ def copy_database(source_url: str, target_url: str,
                 mismatch=f"The rows read back from {target_name} differ from those of "
                 f"{source_name} (checksum mismatch); nothing was copied.",
             )
-        return CopyReport(counts, sent, stores_whole_seconds(target))
+        return CopyReport(counts, sent, _stores_whole_seconds(target))
     finally:
         source.dispose()
         target.dispose()
