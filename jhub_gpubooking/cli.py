@@ -162,11 +162,12 @@ def cmd_db_restore(args: argparse.Namespace) -> int:
             (change.restored.id, change.restored.user, change.restored.pool,
              format_time(change.restored.start), format_time(change.restored.end),
              change.restored.status, _what_changed(change)) for change in report.taken_back]))
-    running = report.servers_to_stop()
+    running = report.servers_on_undone_bookings()
     if running:
         print(f"\nServers that were running on bookings the restore took away or back "
-              f"({len(running)}): once the hub runs again, stop them (the Hub's admin page), "
-              "since their pods hold GPUs the restored database counts as free:")
+              f"({len(running)}): the service stops those whose booking is gone or over, and "
+              "records the claim of those whose booking runs on (c.HubServers), at its first "
+              "tick once the hub runs again:")
         print(format_table(("BOOKING", "USER", "SERVER"), [
             (line.id, line.user, line.server or "(default)") for line in running]))
     users = report.users_to_tell()

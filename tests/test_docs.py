@@ -126,6 +126,7 @@ COMPONENT_PAGES = {
     "NodeInventory": ["discover-pools"],
     "OrphanPods": ["lifecycle"],
     "RemovedUsers": ["lifecycle"],
+    "HubServers": ["lifecycle"],
     "ScheduledBackups": ["backup"],
     "Budgets": ["budgets-and-series"],
     "RecurringSeries": ["budgets-and-series"],

@@ -76,10 +76,11 @@ class RestoreReport:
     taken_back: list[BookingChange]  # bookings changed since the backup: as they were then
     checksum: str
 
-    def servers_to_stop(self) -> list[BookingLine]:
+    def servers_on_undone_bookings(self) -> list[BookingLine]:
         """The bookings a Hub server was using when the restore ran that the restore took away
         or gave back unused: with ``cleanup_servers`` off (z2jh), their pods survive the Hub's
-        stop and go on holding GPUs that the restored database counts as free."""
+        stop, using bookings the restored database lacks or counts as unused, until the
+        service's check of the Hub's servers (c.HubServers) stops them or claims again."""
         changed = [change.replaced for change in self.taken_back
                    if change.replaced.server is not None
                    and change.restored.server != change.replaced.server]

@@ -43,6 +43,7 @@ from .backups import ScheduledBackups
 from .base import hub_user_model, refusal
 from .config_sections import move_options, moved_options
 from .email import EmailWarnings
+from .hub_servers import HubServers
 from .lifecycle import Lifecycle
 from .metrics import ServiceMetrics
 from .monitoring import GPUMonitoring
@@ -78,6 +79,7 @@ COMPONENTS = (
     OrphanPods,
     NodeInventory,
     RemovedUsers,
+    HubServers,
     ScheduledBackups,
 )
 
@@ -504,6 +506,8 @@ class GPUBookingService(Application):
         )
         # the tick serves the waitlist after its releases (and expires past waits)
         self.waitlist = self.lifecycle.waitlist = Waitlist(**common, emails=self.emails)
+        self.lifecycle.hub_servers = HubServers(**common, **hub, metrics=self.metrics,
+                                                grace_seconds=self.lifecycle.end_grace_seconds)
         self.lifecycle.removed_users = RemovedUsers(**common, **hub, waits=self.waitlist.waits,
                                                     metrics=self.metrics)
         self.opportunistic = Opportunistic(

@@ -25,7 +25,7 @@ from tornado import web
 from ..admission.review import holder_pod
 from ..core.choice import claim_order, current_bookings
 from ..core.errors import BookingError, Conflict
-from ..core.lifecycle import ServerUse, server_use
+from ..core.hub_servers import holder_in_use as server_in_use
 from ..core.model import Booking, Pool
 from ..core.wire import booking_to_json
 from ..db.claims import claim_first
@@ -63,9 +63,7 @@ async def holder_in_use(service: Any, booking: Booking, holder: str) -> bool | N
     if holder_pod(holder):
         return True
     servers = await service.lifecycle.hub_user_servers(booking.user)
-    use = server_use(servers, holder, booking.id)
-    return {ServerUse.ON_BOOKING: True, ServerUse.STARTING_ON_BOOKING: True,
-            ServerUse.BUSY: True, ServerUse.NOT_ON_BOOKING: False}.get(use)
+    return server_in_use(servers, holder, booking.id)
 
 
 def holder_check(

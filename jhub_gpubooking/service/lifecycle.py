@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
-from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Any, Bool, Float, Integer, Unicode
 from traitlets.config import LoggingConfigurable
 
@@ -32,9 +30,7 @@ from ..db.session import unavailable_reason
 from ..db.start_early import EarlyStarts
 from ..executor import in_executor
 from .base import hub_user_model
-
-#: How long one call to the Hub API may take before the tick moves on (retried next tick).
-HUB_STOP_TIMEOUT_SECONDS = 20
+from .hub_servers import stop_hub_server
 
 
 class Lifecycle(LoggingConfigurable):
@@ -113,6 +109,11 @@ class Lifecycle(LoggingConfigurable):
         help="The OrphanPods sweep: deletes Hub servers' pods that outlive their booking "
         "because the Hub forgot them. Set by the service after this component.",
     )
+    hub_servers = Any(
+        None,
+        help="The HubServers check: stops Hub servers running without a booking of theirs and "
+        "records lost claims, first in the tick (before the no-show rule). Set by the service.",
+    )
     removed_users = Any(
         None,
         help="The RemovedUsers check: frees what users deleted from the Hub left, before the "
@@ -147,6 +148,8 @@ class Lifecycle(LoggingConfigurable):
     async def tick(self, now: datetime | None = None) -> list[Action]:
         """Do what the lifecycle rules ask for at ``now``; returns the actions attempted."""
         now = now or self.clock.now()
+        if self.hub_servers is not None:
+            await self.hub_servers.check(now)
         await self.expire_stale_claims(now)
         actions = await in_executor(self.executor, self.bookings.due, now)
         for action in actions:
@@ -259,7 +262,8 @@ class Lifecycle(LoggingConfigurable):
         servers = await self.hub_user_servers(booking.user)
         use = server_use(servers, booking.server, booking.id)
         if use.on_booking:
-            if not await self.stop_hub_server(booking.user, booking.server):
+            if not await stop_hub_server(self.hub_api_url, self.api_token, booking.user,
+                                         booking.server, "its booking ended"):
                 return False
             await in_executor(self.executor, self.bookings.mark_stop_requested, booking.id, booking.server)
             self.metrics.observe_server_stop()
@@ -299,30 +303,6 @@ class Lifecycle(LoggingConfigurable):
                 "stopped or running without this booking", booking.id, booking.server,
                 booking.user,
             )
-
-    async def stop_hub_server(self, user: str, server: str) -> bool:
-        """Ask the Hub to stop ``user``'s ``server``; True once the Hub took it (or it is gone)."""
-        url = url_path_join(self.hub_api_url, "users", url_escape_path(user), "servers")
-        url += "/" + url_escape_path(server)
-        try:
-            await AsyncHTTPClient().fetch(
-                url,
-                method="DELETE",
-                headers={"Authorization": f"token {self.api_token}"},
-                request_timeout=HUB_STOP_TIMEOUT_SECONDS,
-            )
-        except HTTPClientError as error:
-            if error.code in (400, 404):
-                # no such user or server: nothing left to stop
-                self.log.info("Hub has no server %r of %s to stop: %s", server, user, error)
-                return True
-            self.log.warning("Hub refused to stop server %r of %s: %s", server, user, error)
-            return False
-        except OSError as error:
-            self.log.warning("Hub unreachable to stop server %r of %s: %s", server, user, error)
-            return False
-        self.log.info("Asked the Hub to stop server %r of %s: its booking ended", server, user)
-        return True
 
     def start(self) -> None:
         if self.lifecycle_interval_seconds > 0:

@@ -114,6 +114,14 @@ class ServiceMetrics:
             "Users deleted from the Hub whose bookings, waits and calendar link were taken off.",
             registry=self.registry,
         )
+        self.hub_server_mismatches = Counter(
+            "gpubooking_hub_server_mismatches",
+            "Running Hub servers whose booking the database did not agree with, by what was "
+            "wrong (c.HubServers): unclaimed and holder_stopped got their claim recorded; "
+            "gone, other_user, not_active and held_elsewhere were stopped.",
+            ["finding"],
+            registry=self.registry,
+        )
         self.last_backup = Gauge(
             "gpubooking_last_backup_timestamp_seconds",
             "When the newest scheduled backup of the booking database was taken (c."
