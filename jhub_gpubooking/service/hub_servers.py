@@ -173,9 +173,24 @@ class HubServers(LoggingConfigurable):
                 return finding, booking
         return None
 
+    async def _hub_has(self, user: str) -> bool:
+        """Whether the Hub has ``user`` (False also when it cannot say: nothing is stopped)."""
+        try:
+            return await hub_user_model(self.hub_api_url, self.api_token, user) is not None
+        except web.HTTPError:
+            return False
+
     async def _act(self, server: RunningServer, finding: Finding, booking: Any,
                    now: datetime) -> bool:
         why = finding.describe(server, booking, now)
+        if finding is Finding.OTHER_USER and not await self._hub_has(booking.user):
+            # the Hub renamed the user (or deleted the booking's one): the booking is theirs in
+            # all but name, so the server runs on until `users rename` moves the bookings
+            self.log.warning("Not stopping server %r of %s on booking %s of %s, whom the Hub "
+                             "no longer has (renamed in the Hub? `jhub-gpubooking users rename "
+                             "%s %s` moves their bookings)", server.server, server.user,
+                             booking.id, booking.user, booking.user, server.user)
+            return False
         if self.metrics is not None:
             self.metrics.hub_server_mismatches.labels(finding.value).inc()
         if finding.stops:

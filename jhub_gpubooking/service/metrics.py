@@ -117,8 +117,9 @@ class ServiceMetrics:
         self.hub_server_mismatches = Counter(
             "gpubooking_hub_server_mismatches",
             "Running Hub servers whose booking the database did not agree with, by what was "
-            "wrong (c.HubServers): unclaimed and holder_stopped got their claim recorded; "
-            "gone, other_user, not_active and held_elsewhere were stopped.",
+            "wrong, once each round that found it (c.HubServers): unclaimed and holder_stopped "
+            "get their claim recorded; gone, other_user, not_active and held_elsewhere are "
+            "stopped (with stop_servers).",
             ["finding"],
             registry=self.registry,
         )

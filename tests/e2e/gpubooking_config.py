@@ -39,5 +39,8 @@ if os.environ.get("E2E_PROFILE") == "soak":
     c.ScheduledBackups.keep = 3
     c.ScheduledBackups.check_seconds = 5
     c.ScheduledBackups.retry_minutes = 0.5
+    # the Hub's servers against their bookings every 6 s, through restarts and pending starts
+    # ("servers stop only when their booking ends" fails on a wrongful stop)
+    c.HubServers.check_interval_minutes = 0.1
     c.OrphanPods.hub_namespace = "jhub-demo"
     c.OrphanPods.orphan_pod_seconds = 15

@@ -98,3 +98,17 @@ def test_a_server_on_its_own_unclaimed_booking_gets_its_claim_back(hub):
     assert mismatches(hub).get("unclaimed") == 1
     httpx.delete(f"{hub.hub_api_url}/users/carol/server", timeout=60,
                  headers={"Authorization": f"token {hub.admin_token}"})
+
+
+def test_a_server_on_the_booking_of_a_user_the_hub_no_longer_has_runs_on(hub):
+    """Renamed in the Hub before `users rename` moved the bookings: the server is not stopped."""
+    admin = {"Authorization": f"token {hub.admin_token}"}
+    httpx.post(f"{hub.hub_api_url}/users/dan", headers=admin, timeout=60).raise_for_status()
+    dans = book_now(hub, "dan")
+    httpx.delete(f"{hub.hub_api_url}/users/dan", headers=admin, timeout=60).raise_for_status()
+    start_on(hub, "admin", dans["id"])
+    said = (f"Not stopping server '' of admin on booking {dans['id']} of dan, whom the Hub no "
+            "longer has (renamed in the Hub? `jhub-gpubooking users rename dan admin`")
+    wait_for(lambda: said in hub.service_log(), "the service found admin's server", hub)
+    assert (hub_server(hub, "admin") or {}).get("ready")
+    httpx.delete(f"{hub.hub_api_url}/users/admin/server", headers=admin, timeout=60)
