@@ -8,7 +8,10 @@ cancelled since is undone. Nothing is lost for good, and nobody is left to guess
 - the bookings the restore takes away (made since the backup) and takes back (changed since
   it) are listed with their users, so the lab knows whom to tell;
 - the rows are replaced in place, in one transaction: every table emptied and filled from the
-  backup, read back and compared by checksum (:func:`copy_rows`), else rolled back.
+  backup, read back and compared by checksum (:func:`copy_rows`), else rolled back. That
+  transaction holds off every writer (:func:`_hold_off_writers`) from before the database is
+  backed up until the restore commits, so a booking service left running by mistake waits
+  rather than write a booking that neither the kept file nor the restored database holds.
   Replacing rows rather than the file keeps the database's id counters, which never go back:
   a new booking after the restore gets an id past every one given before (PostgreSQL's
   sequences are moved forward only; MariaDB's AUTO_INCREMENT and SQLite's AUTOINCREMENT
@@ -29,12 +32,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Connection, delete, select
 
 from ..core.backups import SQLITE_SIDE_FILES
-from .backup import backup_contents, backup_database, check_single_file
-from .copy import CopyRefused, copy_rows, snapshot
-from .models import Base, BookingRow
+from .backup import BackupReport, backup_contents, backup_database, check_single_file
+from .copy import CopyRefused, checksum, copy_rows, snapshot
+from .models import Base, BookingRow, PoolRow
 from .session import (
     check_schema,
     display_url,
@@ -104,14 +107,52 @@ def restore_database(backup: str | Path, url: str, replaced: str | Path) -> Rest
         target = make_engine(url)
         try:
             check_schema(target)
-            kept = backup_database(url, replaced)
-            replaced_url = f"sqlite:///{kept.path}"
-            taken_away, taken_back = _differences(replaced_url, f"sqlite:///{work_copy}")
-            counts, restored = _replace_rows(f"sqlite:///{work_copy}", target, display_url(url))
+            with write_transaction(target) as into:
+                _hold_off_writers(into)
+                kept = backup_database(url, replaced)
+                try:
+                    taken_away, taken_back = _differences(f"sqlite:///{kept.path}",
+                                                          f"sqlite:///{work_copy}")
+                    _refuse_changes_since(into, kept, display_url(url))
+                    counts, restored = _replace_rows(f"sqlite:///{work_copy}", into,
+                                                     display_url(url))
+                except BaseException:
+                    # nothing was changed: the copy of the database as it is would only mislead
+                    kept.path.unlink()
+                    raise
         finally:
             target.dispose()
     return RestoreReport(revision, kept.path, kept.counts, counts, taken_away, taken_back,
                          restored)
+
+
+def _hold_off_writers(into: Connection) -> None:
+    """Make every other writer wait for the restore's transaction ``into``, which goes on to
+    back the database up (through other connections: reads are not held off) and replace it.
+
+    SQLite's write transaction (``BEGIN IMMEDIATE``) does so already. PostgreSQL locks every
+    table against writes. MariaDB has no such lock inside a transaction (``LOCK TABLES`` ends
+    it), so it takes every pool's row, the lock each change of a booking takes first, in the
+    name order of :meth:`.unit_of_work.UnitOfWork.lock_pools`; :func:`_refuse_changes_since`
+    catches what else was written meanwhile."""
+    if into.dialect.name == "postgresql":
+        quote = into.dialect.identifier_preparer.quote
+        tables = ", ".join(quote(table.name) for table in Base.metadata.sorted_tables)
+        into.exec_driver_sql(f"LOCK TABLE {tables} IN SHARE ROW EXCLUSIVE MODE")
+    elif into.dialect.name in ("mysql", "mariadb"):
+        into.execute(select(PoolRow.name).order_by(PoolRow.name).with_for_update()).all()
+
+
+def _refuse_changes_since(into: Connection, kept: BackupReport, name: str) -> None:
+    """On MariaDB, where :func:`_hold_off_writers` holds off the booking changes only: refuse
+    when the rows about to be replaced differ from the kept backup's."""
+    if into.dialect.name not in ("mysql", "mariadb"):
+        return
+    if checksum(into) != kept.checksum:
+        raise CopyRefused(
+            f"{name} changed while the restore backed it up: is the booking service still "
+            "running? Stop the hub first (see the backup how-to); nothing was changed."
+        )
 
 
 def _checked_work_copy(source_file: Path, work_copy: Path) -> str:
@@ -187,10 +228,10 @@ def _differences(replaced_url: str, backup_url: str) -> tuple[list[BookingLine],
     return taken_away, taken_back
 
 
-def _replace_rows(backup_url: str, target: Engine, target_name: str) -> tuple[dict, str]:
+def _replace_rows(backup_url: str, into: Connection, target_name: str) -> tuple[dict, str]:
     source = make_engine(backup_url)
     try:
-        with write_transaction(target) as into, snapshot(source) as out_of:
+        with snapshot(source) as out_of:
             for table in reversed(Base.metadata.sorted_tables):  # children before parents
                 into.execute(delete(table))
             return copy_rows(out_of, into, mismatch=(

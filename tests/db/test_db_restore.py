@@ -12,14 +12,16 @@ import pytest
 from db_test_store import fill
 from db_test_times import NOW
 from migration_data import REVISION_IDS, rows_of
-from sqlalchemy import text
+from sqlalchemy import make_url, text
+from sqlalchemy.exc import OperationalError
 
 from jhub_gpubooking.cli import main
-from jhub_gpubooking.db import copy
+from jhub_gpubooking.db import copy, restore
 from jhub_gpubooking.db.backup import backup_database
 from jhub_gpubooking.db.copy import CopyRefused
+from jhub_gpubooking.db.feed_tokens import new_feed_token
 from jhub_gpubooking.db.restore import restore_database
-from jhub_gpubooking.db.session import StaleSchema, make_engine, upgrade
+from jhub_gpubooking.db.session import StaleSchema, make_engine, make_session_factory, upgrade
 
 
 def book(store, user: str, hours_ahead: int):
@@ -113,6 +115,76 @@ def test_a_failed_restore_changes_nothing(migrated_url, store, tmp_path, monkeyp
     with pytest.raises(CopyRefused, match="checksum mismatch"):
         restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
     assert rows_of(migrated_url) == before
+    assert not (tmp_path / "replaced.sqlite").exists()  # no copy of a database left as it was
+
+
+def service_writing_during_the_backup(migrated_url, make_store, monkeypatch, write):
+    """Make ``write(store)`` run, on the service's own connections (waiting 1 s for a lock),
+    while the restore backs the database up; returns the store and what the write raised."""
+    engine = make_engine(migrated_url, timeout=1)
+    service = make_store(session_factory=make_session_factory(engine))
+    raised: list[Exception] = []
+
+    def backup_while_the_service_writes(url, path):
+        report = backup_database(url, path)
+        try:
+            write(service)
+        except Exception as error:  # noqa: BLE001 - what the service would have met
+            raised.append(error)
+        return report
+
+    monkeypatch.setattr(restore, "backup_database", backup_while_the_service_writes)
+    return engine, service, raised
+
+
+def test_a_booking_change_waits_for_the_restore_and_is_not_lost(
+    migrated_url, store, make_store, tmp_path, monkeypatch
+):
+    kept = book(store, "ada", 2)
+    backup = backup_database(migrated_url, tmp_path / "backup.sqlite").path
+    since = book(store, "bob", 4)
+    engine, service, raised = service_writing_during_the_backup(
+        migrated_url, make_store, monkeypatch, lambda service: service.cancel(kept.id, "ada"))
+    try:
+        report = restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
+        # the cancel could not commit between the backup and the restore (it would be in
+        # neither): the service answers "busy, try again" instead
+        [error] = raised
+        assert isinstance(error, OperationalError), error
+        assert [line.id for line in report.taken_away] == [since.id]
+        assert store.get(kept.id).status == "booked"
+        # tried again once the restore committed, it goes through on the restored database
+        assert service.cancel(kept.id, "ada").status == "cancelled"
+    finally:
+        engine.dispose()
+
+
+def test_what_else_the_service_writes_meanwhile_is_held_off_or_refuses_the_restore(
+    migrated_url, store, make_store, tmp_path, monkeypatch
+):
+    book(store, "ada", 2)
+    backup = backup_database(migrated_url, tmp_path / "backup.sqlite").path
+    engine, _service, raised = service_writing_during_the_backup(
+        migrated_url, make_store, monkeypatch, lambda service: new_feed_token(service, "ada"))
+    try:
+        if make_url(migrated_url).get_backend_name() not in ("mysql", "mariadb"):
+            # SQLite's write transaction and PostgreSQL's table locks hold off every writer
+            restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
+            [error] = raised
+            assert isinstance(error, OperationalError), error
+            return
+        # MariaDB holds off the booking changes only (pool locks): a calendar link made while
+        # the database was being backed up is in neither, so the restore refuses
+        before_restore = rows_of(migrated_url)
+        with pytest.raises(CopyRefused, match="changed while the restore backed it up: is the "
+                           "booking service still running"):
+            restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
+        assert raised == []
+        assert rows_of(migrated_url) != before_restore  # the link, and nothing else, is new
+        assert len(rows_of(migrated_url)["feed_tokens"]) == 1
+        assert not (tmp_path / "replaced.sqlite").exists()
+    finally:
+        engine.dispose()
 
 
 def test_what_cannot_be_restored_is_refused_with_the_reason(tmp_path, capsys):
