@@ -115,7 +115,7 @@ def restore_database(backup: str | Path, url: str, replaced: str | Path) -> Rest
                                                           f"sqlite:///{work_copy}")
                     _refuse_changes_since(into, kept, display_url(url))
                     counts, restored = _replace_rows(f"sqlite:///{work_copy}", into,
-                                                     display_url(url))
+                                                     display_url(url), kept.counts)
                 except BaseException:
                     # nothing was changed: the copy of the database as it is would only mislead
                     kept.path.unlink()
@@ -228,12 +228,23 @@ def _differences(replaced_url: str, backup_url: str) -> tuple[list[BookingLine],
     return taken_away, taken_back
 
 
-def _replace_rows(backup_url: str, into: Connection, target_name: str) -> tuple[dict, str]:
+def _replace_rows(backup_url: str, into: Connection, target_name: str,
+                  kept_counts: dict[str, int]) -> tuple[dict, str]:
+    """Empty every table and fill it from the backup at ``backup_url``; refused when a table
+    held other rows than the kept copy (``kept_counts``): on MariaDB a row written after
+    :func:`_refuse_changes_since` looked, which the DELETE would take with it."""
     source = make_engine(backup_url)
     try:
         with snapshot(source) as out_of:
             for table in reversed(Base.metadata.sorted_tables):  # children before parents
-                into.execute(delete(table))
+                deleted = into.execute(delete(table)).rowcount
+                if deleted != kept_counts.get(table.name, 0):
+                    raise CopyRefused(
+                        f"{target_name} changed while the restore backed it up ({table.name} "
+                        f"had {deleted} rows, the kept copy {kept_counts.get(table.name, 0)}): "
+                        "is the booking service still running? Stop the hub first; nothing "
+                        "was changed."
+                    )
             return copy_rows(out_of, into, mismatch=(
                 f"The rows read back from {target_name} differ from the backup's (checksum "
                 "mismatch); nothing was changed."))

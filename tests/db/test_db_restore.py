@@ -118,22 +118,24 @@ def test_a_failed_restore_changes_nothing(migrated_url, store, tmp_path, monkeyp
     assert not (tmp_path / "replaced.sqlite").exists()  # no copy of a database left as it was
 
 
-def service_writing_during_the_backup(migrated_url, make_store, monkeypatch, write):
+def service_writing_during(step: str, migrated_url, make_store, monkeypatch, write):
     """Make ``write(store)`` run, on the service's own connections (waiting 1 s for a lock),
-    while the restore backs the database up; returns the store and what the write raised."""
+    right after the restore's ``step`` (a function of db/restore.py); returns the engine, the
+    store and what the write raised."""
     engine = make_engine(migrated_url, timeout=1)
     service = make_store(session_factory=make_session_factory(engine))
     raised: list[Exception] = []
+    done = getattr(restore, step)
 
-    def backup_while_the_service_writes(url, path):
-        report = backup_database(url, path)
+    def step_while_the_service_writes(*args):
+        result = done(*args)
         try:
             write(service)
         except Exception as error:  # noqa: BLE001 - what the service would have met
             raised.append(error)
-        return report
+        return result
 
-    monkeypatch.setattr(restore, "backup_database", backup_while_the_service_writes)
+    monkeypatch.setattr(restore, step, step_while_the_service_writes)
     return engine, service, raised
 
 
@@ -143,8 +145,9 @@ def test_a_booking_change_waits_for_the_restore_and_is_not_lost(
     kept = book(store, "ada", 2)
     backup = backup_database(migrated_url, tmp_path / "backup.sqlite").path
     since = book(store, "bob", 4)
-    engine, service, raised = service_writing_during_the_backup(
-        migrated_url, make_store, monkeypatch, lambda service: service.cancel(kept.id, "ada"))
+    engine, service, raised = service_writing_during(
+        "backup_database", migrated_url, make_store, monkeypatch,
+        lambda service: service.cancel(kept.id, "ada"))
     try:
         report = restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
         # the cancel could not commit between the backup and the restore (it would be in
@@ -159,13 +162,20 @@ def test_a_booking_change_waits_for_the_restore_and_is_not_lost(
         engine.dispose()
 
 
+@pytest.mark.parametrize(("step", "refusal"), [
+    ("backup_database", "changed while the restore backed it up: is the booking service"),
+    # after the rows were compared: the DELETE's count tells
+    ("_refuse_changes_since", r"changed while the restore backed it up \(feed_tokens had 1 "
+                              r"rows, the kept copy 0\)"),
+])
 def test_what_else_the_service_writes_meanwhile_is_held_off_or_refuses_the_restore(
-    migrated_url, store, make_store, tmp_path, monkeypatch
+    migrated_url, store, make_store, tmp_path, monkeypatch, step, refusal
 ):
     book(store, "ada", 2)
     backup = backup_database(migrated_url, tmp_path / "backup.sqlite").path
-    engine, _service, raised = service_writing_during_the_backup(
-        migrated_url, make_store, monkeypatch, lambda service: new_feed_token(service, "ada"))
+    engine, _service, raised = service_writing_during(
+        step, migrated_url, make_store, monkeypatch,
+        lambda service: new_feed_token(service, "ada"))
     try:
         if make_url(migrated_url).get_backend_name() not in ("mysql", "mariadb"):
             # SQLite's write transaction and PostgreSQL's table locks hold off every writer
@@ -176,8 +186,7 @@ def test_what_else_the_service_writes_meanwhile_is_held_off_or_refuses_the_resto
         # MariaDB holds off the booking changes only (pool locks): a calendar link made while
         # the database was being backed up is in neither, so the restore refuses
         before_restore = rows_of(migrated_url)
-        with pytest.raises(CopyRefused, match="changed while the restore backed it up: is the "
-                           "booking service still running"):
+        with pytest.raises(CopyRefused, match=refusal):
             restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
         assert raised == []
         assert rows_of(migrated_url) != before_restore  # the link, and nothing else, is new
