@@ -149,10 +149,13 @@ def _refuse_changes_since(into: Connection, kept: BackupReport, name: str) -> No
     if into.dialect.name not in ("mysql", "mariadb"):
         return
     if checksum(into) != kept.checksum:
-        raise CopyRefused(
-            f"{name} changed while the restore backed it up: is the booking service still "
-            "running? Stop the hub first (see the backup how-to); nothing was changed."
-        )
+        raise CopyRefused(_changed_meanwhile(name))
+
+
+def _changed_meanwhile(name: str, what: str = "") -> str:
+    """The refusal when the database changed between its backup and the replace."""
+    return (f"{name} changed while the restore backed it up{what}: is the booking service "
+            "still running? Stop the hub first (see the backup how-to); nothing was changed.")
 
 
 def _checked_work_copy(source_file: Path, work_copy: Path) -> str:
@@ -238,13 +241,10 @@ def _replace_rows(backup_url: str, into: Connection, target_name: str,
         with snapshot(source) as out_of:
             for table in reversed(Base.metadata.sorted_tables):  # children before parents
                 deleted = into.execute(delete(table)).rowcount
-                if deleted != kept_counts.get(table.name, 0):
-                    raise CopyRefused(
-                        f"{target_name} changed while the restore backed it up ({table.name} "
-                        f"had {deleted} rows, the kept copy {kept_counts.get(table.name, 0)}): "
-                        "is the booking service still running? Stop the hub first; nothing "
-                        "was changed."
-                    )
+                kept = kept_counts.get(table.name, 0)
+                if deleted != kept:
+                    raise CopyRefused(_changed_meanwhile(
+                        target_name, f" ({table.name} had {deleted} rows, the kept copy {kept})"))
             return copy_rows(out_of, into, mismatch=(
                 f"The rows read back from {target_name} differ from the backup's (checksum "
                 "mismatch); nothing was changed."))

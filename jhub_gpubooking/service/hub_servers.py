@@ -62,6 +62,23 @@ async def stop_hub_server(api_url: str, token: str, user: str, server: str, why:
     return True
 
 
+async def user_servers(api_url: str, token: str, user: str) -> dict | None:
+    """``user``'s active servers as the Hub reports them ({} when the Hub has no such user).
+
+    None when the Hub cannot say: unreachable, or an answer without ``servers`` (the Hub
+    omits them when the token lacks read:servers). Missing means unknown, never stopped.
+    """
+    try:
+        model = await hub_user_model(api_url, token, user)
+    except web.HTTPError as error:
+        log.warning("The Hub did not show the servers of %s: %s", user, error)
+        return None
+    if model is None:
+        return {}
+    servers = model.get("servers")
+    return servers if isinstance(servers, dict) else None
+
+
 async def active_servers(api_url: str, token: str) -> dict[str, dict[str, Any]]:
     """``{user: their servers}`` of every Hub user with an active server, page by page.
 
@@ -161,13 +178,9 @@ class HubServers(LoggingConfigurable):
                 for server, finding in compare(listing, bookings, now, grace, _pod_holder)]
 
     async def _confirm(self, server: RunningServer, now: datetime) -> tuple | None:
-        try:
-            model = await hub_user_model(self.hub_api_url, self.api_token, server.user)
-        except web.HTTPError:
-            return None  # the next round looks again
-        servers = (model or {}).get("servers")
-        if not isinstance(servers, dict) or server.server not in servers:
-            return None
+        servers = await user_servers(self.hub_api_url, self.api_token, server.user)
+        if servers is None:
+            return None  # the Hub cannot say: the next round looks again
         for again, finding, booking in await self._compare({server.user: servers}, now):
             if again == server:
                 return finding, booking

@@ -30,7 +30,7 @@ from ..db.session import unavailable_reason
 from ..db.start_early import EarlyStarts
 from ..executor import in_executor
 from .base import hub_user_model
-from .hub_servers import stop_hub_server
+from .hub_servers import stop_hub_server, user_servers
 
 
 class Lifecycle(LoggingConfigurable):
@@ -233,20 +233,8 @@ class Lifecycle(LoggingConfigurable):
             await self.stop_holder(booking)
 
     async def hub_user_servers(self, user: str) -> dict | None:
-        """``user``'s active servers as the Hub reports them ({} when the Hub has no such user).
-
-        None when the Hub cannot say: unreachable, or an answer without ``servers`` (the Hub
-        omits them when the token lacks read:servers). Missing means unknown, never stopped.
-        """
-        try:
-            model = await hub_user_model(self.hub_api_url, self.api_token, user)
-        except web.HTTPError as error:
-            self.log.warning("The Hub did not show the servers of %s: %s", user, error)
-            return None
-        if model is None:
-            return {}
-        servers = model.get("servers")
-        return servers if isinstance(servers, dict) else None
+        """``user``'s active servers as the Hub reports them (:func:`.hub_servers.user_servers`)."""
+        return await user_servers(self.hub_api_url, self.api_token, user)
 
     async def stop_booking_server(self, booking: Booking, now: datetime | None = None) -> bool:
         """Stop the Hub server holding ``booking`` only if the Hub says it runs on this booking,
