@@ -143,6 +143,65 @@ def test_every_downgrade_step_keeps_the_remaining_history(db_url, open_database)
     assert_equals_the_models(db_url)
 
 
+def autoincrement_tables(url: str) -> set[str]:
+    """SQLite's tables whose ids are never given twice (0010); the servers' counters never go back."""
+    engine = make_engine(url)
+    try:
+        if engine.dialect.name != "sqlite":
+            return set()
+        with engine.connect() as connection:
+            return set(connection.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%AUTOINCREMENT%'"
+            ).scalars())
+    finally:
+        engine.dispose()
+
+
+def test_a_new_database_gets_the_schema_the_migrations_give(db_url, open_database):
+    """A new database is made from the models and stamped at head; every migration replayed
+    on another must give exactly that schema, and the new one migrates down and up again."""
+    replayed = open_database()
+    for revision in REVISION_IDS:
+        upgrade(replayed, revision)
+    assert upgrade(db_url) == head_revision()
+    assert schema_of(db_url) == schema_of(replayed)
+    assert autoincrement_tables(db_url) == autoincrement_tables(replayed)
+    if make_engine(db_url).dialect.name == "sqlite":
+        assert autoincrement_tables(db_url) == {
+            "booking_series", "bookings", "usage_intervals", "booking_events", "waits",
+            "maintenance_windows"}
+    assert downgrade(db_url, "-1") == REVISION_IDS[-2]
+    previous = open_database()
+    upgrade(previous, REVISION_IDS[-2])
+    assert schema_of(db_url) == schema_of(previous)
+    assert upgrade(db_url) == head_revision()
+    assert_equals_the_models(db_url)
+
+
+def test_another_applications_tables_do_not_stop_a_new_schema(db_url, open_database):
+    """A database shared with another application (its tables only) gets ours beside them."""
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("CREATE TABLE other_app (id INTEGER PRIMARY KEY)")
+            connection.exec_driver_sql("INSERT INTO other_app (id) VALUES (7)")
+    finally:
+        engine.dispose()
+    assert upgrade(db_url) == head_revision()
+    alone = open_database()
+    upgrade(alone)
+    schema = schema_of(db_url)
+    assert schema.pop("other_app")["columns"][0][0] == "id"
+    assert schema == schema_of(alone)
+    engine = make_engine(db_url)
+    try:
+        check_schema(engine)
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("SELECT id FROM other_app").scalars().all() == [7]
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_after_the_upgrade_a_deleted_windows_id_is_not_given_again(db_url):
     """0005 on a SQLite database with windows: the highest id, once deleted, stays used. (The
