@@ -132,20 +132,25 @@ def _hold_off_writers(into: Connection) -> None:
 
     SQLite's write transaction (``BEGIN IMMEDIATE``) does so already. PostgreSQL locks every
     table against writes. MariaDB has no such lock inside a transaction (``LOCK TABLES`` ends
-    it), so it takes every pool's row, the lock each change of a booking takes first, in the
-    name order of :meth:`.unit_of_work.UnitOfWork.lock_pools`; :func:`_refuse_changes_since`
-    catches what else was written meanwhile."""
+    it), so it takes every pool's row first, the lock each change of a booking takes first, in
+    the name order of :meth:`.unit_of_work.UnitOfWork.lock_pools`, then every other row, so
+    nothing the restore replaces can change or go meanwhile (a calendar link reset in place
+    went unnoticed before); a row added meanwhile, which no lock holds off, is caught by
+    :func:`_refuse_changes_since` or by the count of the rows deleted."""
     if into.dialect.name == "postgresql":
         quote = into.dialect.identifier_preparer.quote
         tables = ", ".join(quote(table.name) for table in Base.metadata.sorted_tables)
         into.exec_driver_sql(f"LOCK TABLE {tables} IN SHARE ROW EXCLUSIVE MODE")
     elif into.dialect.name in ("mysql", "mariadb"):
         into.execute(select(PoolRow.name).order_by(PoolRow.name).with_for_update()).all()
+        for table in Base.metadata.sorted_tables:
+            if table is not PoolRow.__table__:
+                into.execute(select(*table.primary_key.columns).with_for_update()).all()
 
 
 def _refuse_changes_since(into: Connection, kept: BackupReport, name: str) -> None:
-    """On MariaDB, where :func:`_hold_off_writers` holds off the booking changes only: refuse
-    when the rows about to be replaced differ from the kept backup's."""
+    """On MariaDB, where :func:`_hold_off_writers` cannot hold off new rows: refuse when the
+    rows about to be replaced differ from the kept backup's."""
     if into.dialect.name not in ("mysql", "mariadb"):
         return
     if checksum(into) != kept.checksum:

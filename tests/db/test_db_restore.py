@@ -183,8 +183,8 @@ def test_what_else_the_service_writes_meanwhile_is_held_off_or_refuses_the_resto
             [error] = raised
             assert isinstance(error, OperationalError), error
             return
-        # MariaDB holds off the booking changes only (pool locks): a calendar link made while
-        # the database was being backed up is in neither, so the restore refuses
+        # MariaDB's row locks cannot hold off a new row: a calendar link made while the
+        # database was being backed up is in neither, so the restore refuses
         before_restore = rows_of(migrated_url)
         with pytest.raises(CopyRefused, match=refusal):
             restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
@@ -192,6 +192,26 @@ def test_what_else_the_service_writes_meanwhile_is_held_off_or_refuses_the_resto
         assert rows_of(migrated_url) != before_restore  # the link, and nothing else, is new
         assert len(rows_of(migrated_url)["feed_tokens"]) == 1
         assert not (tmp_path / "replaced.sqlite").exists()
+    finally:
+        engine.dispose()
+
+
+def test_a_row_changed_in_place_while_the_rows_are_replaced_is_held_off(
+    migrated_url, store, make_store, tmp_path, monkeypatch
+):
+    """A calendar link reset after the restore compared the rows and before it deleted them
+    (on MariaDB it went unnoticed): every backend makes the reset wait for the restore."""
+    book(store, "ada", 2)
+    new_feed_token(store, "ada")
+    backup = backup_database(migrated_url, tmp_path / "backup.sqlite").path
+    engine, _service, raised = service_writing_during(
+        "_refuse_changes_since", migrated_url, make_store, monkeypatch,
+        lambda service: new_feed_token(service, "ada", reset=True))
+    try:
+        restore_database(backup, migrated_url, tmp_path / "replaced.sqlite")
+        [error] = raised
+        assert isinstance(error, OperationalError), error
+        assert rows_of(migrated_url) == rows_of(f"sqlite:///{backup}")
     finally:
         engine.dispose()
 
