@@ -21,7 +21,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid, format_time
 from jhub_gpubooking.devcluster import DevCluster, gpu_node
 
-pytestmark = pytest.mark.e2e
+# waits out a booking's no-show time and its end (tests/one_set.py: the wall-clock lane)
+pytestmark = [pytest.mark.e2e, pytest.mark.wall_clock]
 
 
 async def until(condition, what: str, seconds: float = 120):

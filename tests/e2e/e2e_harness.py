@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 from hub_harness import free_ports, launch
+from one_set import lane
 
 from jhub_gpubooking.core.timegrid import format_time
 from jhub_gpubooking.devcluster import KubeconfigAccess
@@ -27,9 +28,10 @@ from jhub_gpubooking.devcluster import KubeconfigAccess
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent
 OUTPUT = REPO / "test-output"
-#: the demo's logs, one folder per virtual environment: scripts/test runs the dependency sets
-#: side by side, and a test that reads a log must not read the other run's
-E2E_LOGS = OUTPUT / "e2e-logs" / Path(sys.prefix).name
+#: the demo's logs, one folder per virtual environment and lane: scripts/test runs the dependency
+#: sets side by side, each in two lanes (tests/one_set.py), and a test that reads a log must not
+#: read another run's
+E2E_LOGS = OUTPUT / "e2e-logs" / "-".join(filter(None, (Path(sys.prefix).name, lane())))
 
 
 def _demo_on_free_ports(

@@ -37,6 +37,7 @@ def change_end(driver, booking_id: int, end: datetime) -> dict:
     return response.json()
 
 
+@pytest.mark.wall_clock
 def test_extending_a_running_booking_keeps_its_server_past_the_old_end(driver):
     start = now().replace(second=0, microsecond=0)
     # the booking ends 1-2 minutes from now, at least 40 s away so the server is up before
@@ -122,6 +123,7 @@ def test_the_server_takes_the_booking_chosen_among_several(driver):
 # waits out a booking on a real clock: with both dependency sets side by side, the hub image's set
 # runs it (tests/one_set.py)
 @pytest.mark.one_set("pins")
+@pytest.mark.wall_clock
 def test_a_stale_claim_expires_and_the_end_stops_no_other_server(driver):
     start = now().replace(second=0, microsecond=0)
     minutes = 2 if (start + timedelta(minutes=1) - now()).total_seconds() < 40 else 1

@@ -123,6 +123,7 @@ def test_service_down_refuses_gpu_but_not_cpu_and_bookings_survive_a_restart(dri
 # minutes of a real clock: with both dependency sets side by side, the hub image's set runs it
 # (the latest set runs the same rule in tests/service/test_lifecycle_hub.py; tests/one_set.py)
 @pytest.mark.one_set("pins")
+@pytest.mark.wall_clock
 def test_booking_end_stops_the_server_and_the_hub_sees_it_stopped(driver):
     # on the tests' 1-minute grid, a booking can end within a minute or two; the pod has no
     # deadline: the service stops the server end_grace_seconds (60) after the end, at its next

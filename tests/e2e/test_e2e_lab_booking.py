@@ -74,6 +74,7 @@ def test_a_cpu_server_shows_nothing(driver, page):
 # of a real clock, so with both dependency sets side by side only the hub image's set runs it
 # (the latest set runs the same rules in tests/service/test_lifecycle_hub.py; tests/one_set.py)
 @pytest.mark.one_set("pins")
+@pytest.mark.wall_clock
 @pytest.mark.timeout(600)
 def test_jupyterlab_warns_before_the_end_and_extends_the_booking(driver, page):
     user = "dana"

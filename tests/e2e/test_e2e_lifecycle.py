@@ -13,7 +13,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from e2e_harness import running_demo
 
-pytestmark = pytest.mark.e2e
+# the module's rules wait on real minutes, overlapping (tests/one_set.py: the wall-clock lane)
+pytestmark = [pytest.mark.e2e, pytest.mark.wall_clock]
 
 
 @pytest.fixture(scope="module")

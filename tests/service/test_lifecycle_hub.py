@@ -28,6 +28,7 @@ def hub(tmp_path_factory):
         yield running
 
 
+@pytest.mark.wall_clock
 def test_server_is_stopped_at_the_end_of_its_booking_and_reported_as_used(hub):
     admin = {"Authorization": f"token {hub.admin_token}"}
     now = datetime.now(timezone.utc)
