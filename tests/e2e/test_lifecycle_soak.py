@@ -5,8 +5,8 @@ the booking invariants checked after every step (see soak.py and soak_invariants
 CI runs one seed on SQLite, and a shorter walk with the service on PostgreSQL and on MariaDB,
 the databases of production (other isolation, other locks), each a private server that the
 walk also stops for a few seconds now and then. With both dependency sets side by side
-(scripts/test), the SQLite walk runs in the hub image's set and the two server walks in the
-latest set (pytest.mark.one_set, tests/one_set.py); one set alone runs all three. ``SOAK_SEED``,
+(scripts/test), the SQLite and MariaDB walks run in the hub image's set and the PostgreSQL walk
+in the latest set (pytest.mark.one_set, tests/one_set.py); one set alone runs all three. ``SOAK_SEED``,
 ``SOAK_ACTIONS`` and ``SOAK_SERVER_ACTIONS`` run others, or longer (docs: testing).
 """
 
@@ -56,7 +56,7 @@ def test_a_seeded_walk_keeps_every_booking_invariant(tmp_path):
 # a private server the walk stops and starts (database outages, soak_outage.py)
 @pytest.mark.parametrize("server", [
     pytest.param("private_postgres", marks=[pytest.mark.postgres, pytest.mark.one_set("latest")]),
-    pytest.param("private_mariadb", marks=[pytest.mark.mysql, pytest.mark.one_set("latest")])])
+    pytest.param("private_mariadb", marks=[pytest.mark.mysql, pytest.mark.one_set("pins")])])
 @pytest.mark.timeout(300 + SERVER_ACTIONS * 3)
 def test_the_walk_keeps_them_on_a_database_server_through_its_outages(tmp_path, server, request):
     database = request.getfixturevalue(server)
