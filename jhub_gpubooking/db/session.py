@@ -335,7 +335,7 @@ def upgrade(url: str, revision: str = "head") -> str | None:
 
     A database without any of our tables, brought to head, gets the models' tables and is
     stamped at head, as JupyterHub does for its own new database: replaying every migration
-    (one rebuilds five tables on SQLite) made each new database take seven times as long, and
+    (one rebuilds five tables on SQLite) made each new database take four to six times as long, and
     the two give the same schema (``tests/db/test_db_migrations.py``)."""
     return _migrate(url, lambda config: _upgrade(config, revision))
 
