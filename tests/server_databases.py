@@ -86,3 +86,21 @@ def new_database(backend: str) -> Iterator[str]:
     """A :class:`ServerDatabase` as the URL string a process is configured with."""
     with ServerDatabase(backend) as url:
         yield url.render_as_string(hide_password=False)
+
+
+def lock_waits(connection) -> int:
+    """How many statements of other connections to this connection's database wait for a lock.
+
+    On PostgreSQL the connections waiting for a lock (a row lock is a wait for the holder's
+    transaction, a lock of no database in ``pg_locks``). On MariaDB a statement that locks one row by its key
+    waits while it is being planned, before InnoDB lists its transaction as waiting
+    (``innodb_trx`` had none while a pool's ``FOR UPDATE`` waited): there, a statement of
+    another connection that has run for 100 ms, which only a wait makes a statement here do.
+    Roll the connection back between calls for a fresh look."""
+    if connection.dialect.name == "postgresql":
+        query = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                 "AND wait_event_type = 'Lock'")
+    else:
+        query = ("SELECT count(*) FROM information_schema.processlist WHERE db = DATABASE() "
+                 "AND id <> CONNECTION_ID() AND info IS NOT NULL AND time_ms >= 100")
+    return connection.execute(text(query)).scalar()

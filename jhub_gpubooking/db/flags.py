@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .models import BookingEventRow
+from .models import BookingEventRow, BookingRow
 
 if TYPE_CHECKING:
     from .store import BookingStore
@@ -78,12 +78,22 @@ class BookingFlags:
         with self.store.unit_of_work() as work:
             session = work.session
             current = self._current(session)
-            for booking_id, message in reasons.items():
-                if booking_id not in current or current[booking_id].message != message:
-                    log.warning("Flagging booking %s: %s", booking_id, message)
-                    session.add(BookingEventRow(booking_id=booking_id, at=at, actor=INVENTORY_ACTOR,
-                                                kind=FLAGGED, detail={"message": message}))
-            for booking_id in (set(current) & live_ids) - set(reasons):
+            raised = {booking_id: message for booking_id, message in sorted(reasons.items())
+                      if booking_id not in current or current[booking_id].message != message}
+            cleared = sorted((set(current) & live_ids) - set(reasons))
+            if not raised and not cleared:
+                return
+            # An event is a change of its booking, so its pool is locked first, as for every
+            # change of a booking. The event's foreign key read-locks the booking's row: without
+            # the pool's lock, flagging held one booking's row while it waited for another's,
+            # held by an end or a move in the pool that wanted the first next (a deadlock).
+            work.lock_pools(session.scalars(
+                select(BookingRow.pool).where(BookingRow.id.in_(sorted({*raised, *cleared})))))
+            for booking_id, message in raised.items():
+                log.warning("Flagging booking %s: %s", booking_id, message)
+                session.add(BookingEventRow(booking_id=booking_id, at=at, actor=INVENTORY_ACTOR,
+                                            kind=FLAGGED, detail={"message": message}))
+            for booking_id in cleared:
                 session.add(BookingEventRow(
                     booking_id=booking_id, at=at, actor=INVENTORY_ACTOR, kind=UNFLAGGED,
                     detail={"message": "The GPUs of this booking are available again."},

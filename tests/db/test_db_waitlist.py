@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from db_test_times import at
+from server_databases import lock_waits
 from sqlalchemy import event, text
 
 from jhub_gpubooking.core.errors import Conflict, InvalidRequest, NoCapacity, PolicyViolation
@@ -155,14 +156,6 @@ def test_concurrent_serving_books_each_wait_once(make_store):
     assert waitlist.get(waits[2].id).state is WaitState.WAITING
 
 
-def _lock_waits(connection) -> int:
-    """How many transactions wait for a row lock on the server right now."""
-    if connection.dialect.name == "postgresql":
-        query = "SELECT count(*) FROM pg_locks WHERE NOT granted"
-    else:
-        query = "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
-    return connection.execute(text(query)).scalar()
-
 
 @pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres),
                                     pytest.param("mysql", marks=pytest.mark.mysql)],
@@ -185,7 +178,7 @@ def test_expiring_waits_does_not_deadlock_with_a_wait_being_booked(make_store, e
                              {"id": wait.id})
         expired = pool.submit(waitlist.expire, clock.now())
         # the expiry has finished, or waits for the row the booking side holds
-        while not expired.done() and not _lock_waits(watcher):
+        while not expired.done() and not lock_waits(watcher):
             watcher.rollback()  # a fresh snapshot of the lock tables each time
         booking_side.execute(text("UPDATE waits SET state = 'booked' WHERE id = :id"),
                              {"id": wait.id})
