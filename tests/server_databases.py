@@ -92,10 +92,10 @@ def lock_waits(connection) -> int:
     """How many statements of other connections to this connection's database wait for a lock.
 
     On PostgreSQL the connections waiting for a lock (a row lock is a wait for the holder's
-    transaction, a lock of no database in ``pg_locks``). On MariaDB a statement that locks one row by its key
-    waits while it is being planned, before InnoDB lists its transaction as waiting
-    (``innodb_trx`` had none while a pool's ``FOR UPDATE`` waited): there, a statement of
-    another connection that has run for 100 ms, which only a wait makes a statement here do.
+    transaction, a lock of no database in ``pg_locks``). On MariaDB a statement that locks one
+    row by its key waits while it is being planned, before InnoDB lists its transaction as
+    waiting (``innodb_trx`` had none while a pool's ``FOR UPDATE`` waited): there, a statement
+    of another connection that has run for 100 ms, which only a wait makes a statement here do.
     Roll the connection back between calls for a fresh look."""
     if connection.dialect.name == "postgresql":
         query = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "

@@ -29,7 +29,6 @@ def test_flags_are_raised_and_cleared(store):
     assert [e.kind for e in store.history(second.id)] == ["created", "flagged"]
 
 
-
 @pytest.mark.parametrize("db_url", SERVERS, indirect=True)
 def test_flagging_waits_for_a_change_of_the_pool_instead_of_deadlocking(store, engine):
     """A flag is an event row, whose foreign key read-locks its booking's row. Flagging took no

@@ -156,7 +156,6 @@ def test_concurrent_serving_books_each_wait_once(make_store):
     assert waitlist.get(waits[2].id).state is WaitState.WAITING
 
 
-
 @pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres),
                                     pytest.param("mysql", marks=pytest.mark.mysql)],
                          indirect=True)
