@@ -27,6 +27,14 @@ SERVER_URLS = {
     ),
 }
 
+#: The database servers, as ``pytest.mark.parametrize`` values of a test's backend (marked, so
+#: ``-m postgres`` / ``-m mysql`` picks them): for what SQLite, one writer at a time, never meets
+#: (row locks, lock waits, deadlocks)
+SERVERS = [
+    pytest.param("postgresql", marks=pytest.mark.postgres),
+    pytest.param("mysql", marks=pytest.mark.mysql),
+]
+
 _unreachable: dict[str, str | None] = {}
 
 

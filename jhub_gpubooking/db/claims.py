@@ -68,5 +68,5 @@ def claim_first(
             return first, candidates
         if first.server is not None:
             return None, candidates
-        claimed_at = work.bind_booking(first.id, user, server, taken_from=None)
+        claimed_at = work.bind_booking(first, server)  # nobody holds it (above)
         return first.with_changes(server=server, updated=claimed_at), candidates

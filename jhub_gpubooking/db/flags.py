@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .models import BookingEventRow, BookingRow
+from .events import NewEvent
+from .models import BookingEventRow
 
 if TYPE_CHECKING:
     from .store import BookingStore
@@ -72,7 +73,6 @@ class BookingFlags:
 
     def update(self, reasons: Mapping[int, str], live_ids: set[int]) -> None:
         """Flag ``reasons`` (id → message); unflag live bookings that are no longer in it."""
-        at = self.store.stamp()
         # a write transaction, as every change of bookings is: on SQLite a plain one read the
         # flags, then failed to write ("database is locked") when a booking was made meanwhile
         with self.store.unit_of_work() as work:
@@ -84,17 +84,15 @@ class BookingFlags:
             if not raised and not cleared:
                 return
             # An event is a change of its booking, so its pool is locked first, as for every
-            # change of a booking. The event's foreign key read-locks the booking's row: without
-            # the pool's lock, flagging held one booking's row while it waited for another's,
-            # held by an end or a move in the pool that wanted the first next (a deadlock).
-            work.lock_pools(session.scalars(
-                select(BookingRow.pool).where(BookingRow.id.in_(sorted({*raised, *cleared})))))
+            # change of a booking (see .events: without it, flagging deadlocked with an end)
+            pools = work.pools_of({*raised, *cleared})
+            work.lock_pools(pools.values())
             for booking_id, message in raised.items():
                 log.warning("Flagging booking %s: %s", booking_id, message)
-                session.add(BookingEventRow(booking_id=booking_id, at=at, actor=INVENTORY_ACTOR,
-                                            kind=FLAGGED, detail={"message": message}))
-            for booking_id in cleared:
-                session.add(BookingEventRow(
-                    booking_id=booking_id, at=at, actor=INVENTORY_ACTOR, kind=UNFLAGGED,
-                    detail={"message": "The GPUs of this booking are available again."},
-                ))
+            work.record_events([
+                *(NewEvent(booking_id, pools[booking_id], INVENTORY_ACTOR, FLAGGED,
+                           {"message": message}) for booking_id, message in raised.items()),
+                *(NewEvent(booking_id, pools[booking_id], INVENTORY_ACTOR, UNFLAGGED,
+                           {"message": "The GPUs of this booking are available again."})
+                  for booking_id in cleared),
+            ])

@@ -32,7 +32,8 @@ from ..core.errors import Conflict, InvalidRequest, NotFound
 from ..core.model import Booking, BookingState, MaintenanceWindow, Move, Placement, Replacement
 from ..core.timegrid import ceil_to_grid, floor_to_grid, format_time
 from .convert import booking_from_new_row, booking_from_row, booking_row
-from .models import BookingEventRow, BookingRow, PoolRow
+from .events import NewEvent, check_locked, insert_booking_and_event, insert_events
+from .models import BookingRow, PoolRow
 from .queries import (
     overlapping,
     overlapping_besides,
@@ -63,10 +64,6 @@ def lock_pools_statement(count: int):
 
 
 INSERT_BOOKING = insert(BookingRow.__table__)
-INSERT_EVENT = insert(BookingEventRow.__table__)
-#: What a booking's "created" event is given besides its booking's id (see
-#: :func:`insert_booking_and_event`).
-EVENT_PARAMETERS = ("event_at", "event_actor", "event_kind", "event_detail")
 #: One booking put on other GPUs; executed once for all of a create's moves (executemany)
 MOVE_BOOKING = (
     update(BookingRow.__table__)
@@ -100,31 +97,6 @@ def move_reach(request: Booking) -> tuple[datetime, datetime]:
     """The longest interval a create of ``request`` reads to move bookings: the request
     widened by :data:`MOVE_READ_MARGIN` on each side."""
     return request.start - MOVE_READ_MARGIN, request.end + MOVE_READ_MARGIN
-
-
-@cache
-def insert_booking_and_event(columns: tuple[str, ...]):
-    """PostgreSQL only: the booking's INSERT (of ``columns``, each given as the parameter of
-    its name) and its first event's, in one statement (a data-modifying ``WITH``), returning
-    the new booking's id. A round trip less on the service's most frequent write; SQLite and
-    MariaDB have no INSERT inside a ``WITH``, so they send the two inserts."""
-    bookings, events = BookingRow.__table__, BookingEventRow.__table__
-    new_booking = (
-        insert(bookings)
-        .values({name: bindparam(name, type_=bookings.c[name].type) for name in columns})
-        .returning(bookings.c.id)
-        .cte("new_booking")
-    )
-    event = select(new_booking.c.id, *(
-        bindparam(parameter, type_=events.c[parameter.removeprefix("event_")].type)
-        for parameter in EVENT_PARAMETERS
-    ))
-    return (
-        insert(events)
-        .from_select(["booking_id", "at", "actor", "kind", "detail"], event)
-        .returning(events.c.booking_id)
-        .add_cte(new_booking)
-    )
 
 
 def clock_time(when: datetime) -> str:
@@ -406,13 +378,17 @@ class UnitOfWork(BookingChecks):
     def record(self, row: BookingRow | Booking, actor: str | None, kind: str,
                **detail: Any) -> None:
         """Add an event to the booking's history (``actor`` None: the service itself)."""
-        self._record(row.id, actor, kind, detail)
+        self.record_events([NewEvent(row.id, row.pool, actor, kind, detail)])
 
-    def _record(self, booking_id: int, actor: str | None, kind: str, detail: dict) -> None:
-        self.rows().execute(INSERT_EVENT, {
-            "booking_id": booking_id, "at": self.store.stamp(), "actor": actor, "kind": kind,
-            "detail": detail,
-        })
+    def record_events(self, events: list[NewEvent]) -> None:
+        """Add ``events`` in one statement; each booking's pool must be locked in this unit of
+        work (:func:`.events.check_locked`, RuntimeError otherwise)."""
+        insert_events(self.rows(), self._locked, self.store.stamp(), events)
+
+    def pools_of(self, booking_ids: Iterable[int]) -> dict[int, str]:
+        """The pool of each booking of ``booking_ids`` there is (none locked by the read)."""
+        return {booking_id: pool for booking_id, pool in self.rows().execute(
+            select(BookingRow.id, BookingRow.pool).where(BookingRow.id.in_(sorted(booking_ids))))}
 
     def place(self, request: Booking, groups: Any, is_admin: bool, now: datetime,
               actor: str | None, proposal: Replacement | None = None,
@@ -514,12 +490,11 @@ class UnitOfWork(BookingChecks):
             return
         stamp = self.store.stamp()
         connection = self.rows()
-        connection.execute(INSERT_EVENT, [
-            {"booking_id": booking.id, "at": stamp, "actor": None, "kind": "moved",
-             "detail": dict(
-                 old_node=booking.placement.node, old_gpu_indices=list(booking.placement.gpus),
-                 node=placement.node, gpu_indices=list(placement.gpus),
-             )}
+        insert_events(connection, self._locked, stamp, [
+            NewEvent(booking.id, booking.pool, None, "moved", dict(
+                old_node=booking.placement.node, old_gpu_indices=list(booking.placement.gpus),
+                node=placement.node, gpu_indices=list(placement.gpus),
+            ))
             for booking, placement in moves
         ])
         connection.execute(MOVE_BOOKING, [
@@ -532,6 +507,7 @@ class UnitOfWork(BookingChecks):
                    **detail: Any) -> Booking:
         """Insert ``booking``, already placed, with its create's ``request_key``, and record its
         "created" event (with ``detail``); returns it as stored (with its id)."""
+        check_locked(self._locked, [booking.pool])
         values = booking_row(booking, self.store.pools[booking.pool], self.store.stamp())
         if request_key is not None:
             values["request_key"] = request_key
@@ -550,32 +526,34 @@ class UnitOfWork(BookingChecks):
             return booking_from_new_row(booking_id, values)
         inserted = connection.execute(INSERT_BOOKING, values)
         stored = booking_from_new_row(inserted.inserted_primary_key[0], values)
-        self._record(stored.id, actor, "created", event)
+        self.record_events([NewEvent(stored.id, stored.pool, actor, "created", event)])
         return stored
 
     def bind(self, row: BookingRow, server: str) -> BookingRow:
         """Bind the locked booking ``row`` to ``server`` (taking it over from its holder, whom
         the caller found stopped) by :meth:`bind_booking`; ``row`` is left as the UPDATE left
         the table (loaded, not changed: nothing more to flush). Returns ``row``."""
-        claimed_at = self.bind_booking(row.id, row.user, server, taken_from=row.server)
+        claimed_at = self.bind_booking(row, server)
         for name, value in (("server", server), ("claimed_at", claimed_at),
                             ("updated", claimed_at), ("stopped_at", None)):
             set_committed_value(row, name, value)
         return row
 
-    def bind_booking(self, booking_id: int, user: str, server: str,
-                     taken_from: str | None) -> datetime:
-        """Bind the locked booking to ``server`` in this transaction: the holder and the claim
-        time, a usage interval (``taken_from``'s closed first) and a "claimed" event. Core
-        statements built once, as every server start claims: no row is read for it. Returns
-        the claim time."""
+    def bind_booking(self, booking: BookingRow | Booking, server: str) -> datetime:
+        """Bind the locked ``booking``, as read in this unit of work, to ``server`` in this
+        transaction: the holder and the claim time, a usage interval (the server holding it
+        before, if any, has its interval closed first) and a "claimed" event. Core statements
+        built once, as every server start claims: no row is read for it. Returns the claim
+        time."""
+        check_locked(self._locked, [booking.pool])  # before the UPDATE takes the row's lock
         claimed_at = self.store.stamp()
+        taken_from = booking.server
         connection = self.rows()
-        connection.execute(BIND_BOOKING, {"bound_id": booking_id, "bound_server": server,
+        connection.execute(BIND_BOOKING, {"bound_id": booking.id, "bound_server": server,
                                           "bound_at": claimed_at})
-        open_usage(connection, booking_id, server, claimed_at, held=taken_from is not None)
-        self._record(booking_id, user, "claimed",
-                     {"server": server, "taken_over_from": taken_from})
+        open_usage(connection, booking.id, server, claimed_at, held=taken_from is not None)
+        self.record_events([NewEvent(booking.id, booking.pool, booking.user, "claimed",
+                                     {"server": server, "taken_over_from": taken_from})])
         return claimed_at
 
     def cancel(self, row: BookingRow, actor: str | None, **detail: Any) -> None:

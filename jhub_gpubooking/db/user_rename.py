@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, select, update
 
 from ..core.errors import InvalidRequest
+from .events import NewEvent
 from .models import (
     NAME_LENGTH,
-    BookingEventRow,
     BookingRow,
     BookingSeriesRow,
     FeedTokenRow,
@@ -61,17 +61,23 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
     at = store.stamp()
     with store.unit_of_work() as work:
         session = work.session
-        ids = session.scalars(select(BookingRow.id).where(BookingRow.user == old)).all()
+        # pools first, then rows, as every change of bookings and waits goes (see .events):
+        # the UPDATEs below lock the rows of the old name's bookings and waits, and their
+        # events read-lock the bookings' rows
+        work.lock_pools(session.scalars(
+            select(BookingRow.pool).where(BookingRow.user == old)
+            .union(select(WaitRow.pool).where(WaitRow.user == old))
+        ))
+        pools = {booking_id: pool for booking_id, pool in session.execute(
+            select(BookingRow.id, BookingRow.pool).where(BookingRow.user == old))}
         # their (and their series' and waits') Idempotency-Keys go: no create is sent again
         # under the old name, and one of ``new``'s own may carry the same key (unique per user)
-        session.execute(update(BookingRow).where(BookingRow.user == old)
+        session.execute(update(BookingRow).where(BookingRow.id.in_(sorted(pools)))
                         .values(user=new, updated=at, request_key=None))
-        if ids:
-            session.execute(insert(BookingEventRow), [
-                {"booking_id": booking_id, "at": at, "actor": RENAME_ACTOR,
-                 "kind": "user_renamed", "detail": {"from": old, "to": new}}
-                for booking_id in ids
-            ])
+        work.record_events([
+            NewEvent(booking_id, pool, RENAME_ACTOR, "user_renamed", {"from": old, "to": new})
+            for booking_id, pool in sorted(pools.items())
+        ])
         # an UPDATE's rowcount is the rows it matched, on every backend SQLAlchemy supports
         series = session.execute(update(BookingSeriesRow).where(BookingSeriesRow.user == old)
                                  .values(user=new, request_key=None)).rowcount
@@ -87,7 +93,7 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
                 session.add(FeedTokenRow(user=new, token_hash=token_hash, created=created))
         # the old name is missing from the Hub because it was renamed: nothing is due any more
         session.execute(delete(MissingUserRow).where(MissingUserRow.user == old))
-        renamed = Renamed(len(ids), series, waits, feed_link)
+        renamed = Renamed(len(pools), series, waits, feed_link)
         if renamed == Renamed(0, 0, 0, "none"):
             # most likely a misspelt name: say so rather than report a rename of nothing
             raise InvalidRequest(f"There is nothing of user {old!r} here (no booking, series, "

@@ -11,7 +11,8 @@ from db_test_times import at
 from sqlalchemy import event, func, select
 
 from jhub_gpubooking.core.errors import NoCapacity, NotFound
-from jhub_gpubooking.core.model import Booking
+from jhub_gpubooking.core.model import Booking, Placement
+from jhub_gpubooking.db.events import NewEvent
 from jhub_gpubooking.db.models import BookingEventRow, BookingRow
 
 
@@ -136,6 +137,42 @@ def test_lock_booking_given_its_pool_does_not_read_it(store):
         work.lock_booking(booking.id, "a100")
 
 
+def test_a_bookings_change_without_its_pools_lock_is_refused(store):
+    """Every change of a booking takes its pool's lock before the booking's row (one order for
+    every writer), and records an event, whose row read-locks the booking's. So each writer of
+    events refuses a booking whose pool the unit of work does not hold (db/events.py): flagging
+    held no pool and deadlocked with an end in the pool (CI, 2026-12-02)."""
+    booking = store.create("ada", "t4", 1, at(11), at(12))
+    elsewhere = Placement("node-c", (1,), booking.placement.slices)
+    before = counts(store)
+    changes = {
+        "record": lambda work: work.record(booking, "admin", "note_checked"),
+        "record_events": lambda work: work.record_events(
+            [NewEvent(booking.id, "t4", "admin", "note_checked", {})]),
+        "move_all": lambda work: work.move_all([(booking, elsewhere)]),
+        "bind_booking": lambda work: work.bind_booking(booking, "ada/"),
+        "add_placed": lambda work: work.add_placed(booking.with_changes(id=None), "ada"),
+    }
+    unlocked = r"pool\(s\) 't4' changed without their pool's lock"
+    for name, change in changes.items():
+        with pytest.raises(RuntimeError, match=unlocked), store.unit_of_work(["a100"]) as work:
+            change(work)
+        assert counts(store) == before, name
+    assert store.get(booking.id) == booking
+    with store.unit_of_work(["a100", "t4"]) as work:
+        work.record_events([NewEvent(booking.id, "t4", "admin", "note_checked", {})])
+    assert [e.kind for e in store.history(booking.id)] == ["created", "note_checked"]
+
+
+def test_pools_of_reads_each_bookings_pool_and_locks_none(store):
+    first = store.create("ada", "t4", 1, at(11), at(12))
+    second = store.create("bob", "a100", 1, at(11), at(12))
+    with store.unit_of_work() as work:
+        assert work.pools_of([second.id, first.id, second.id + 1000]) == {
+            first.id: "t4", second.id: "a100"}
+        assert work.locked_pools == ()
+
+
 def test_an_unknown_pool_is_not_found(store):
     with pytest.raises(NotFound, match="no GPU pool named 'h100'"), store.unit_of_work(["h100"]):
         pass
@@ -195,3 +232,19 @@ def test_every_database_write_goes_through_the_unit_of_work():
         if "migrations" not in path.parts and BEGINS_A_TRANSACTION.search(path.read_text())
     }
     assert found <= set(OWN_TRANSACTIONS), sorted(found - set(OWN_TRANSACTIONS))
+
+
+#: The modules that may name the events' table in a write; every other writer of a booking's
+#: history goes through UnitOfWork.record / record_events, which check the pools' locks
+EVENT_WRITERS = {"db/events.py"}
+WRITES_EVENTS = re.compile(r"insert\(\s*(BookingEventRow|_events)\b|(?<!class )\bBookingEventRow\(")
+
+
+def test_every_event_is_written_where_its_pools_lock_is_checked():
+    package = Path(__file__).parents[2] / "jhub_gpubooking"
+    found = {
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "migrations" not in path.parts and WRITES_EVENTS.search(path.read_text())
+    }
+    assert found == EVENT_WRITERS

@@ -3,10 +3,13 @@ bookings, series, waits and calendar link to the new name on every backend, all 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 from db_test_times import at
+from server_databases import SERVERS, lock_waits
+from sqlalchemy import text
 
 from jhub_gpubooking.cli import main
 from jhub_gpubooking.core.errors import InvalidRequest
@@ -35,6 +38,27 @@ def test_everything_of_the_old_name_moves_and_nothing_else(store, clock):
     [*_, event] = store.history(upcoming.id)
     assert (event.actor, event.kind, event.detail) == (
         RENAME_ACTOR, "user_renamed", {"from": "jdoe", "to": "john.doe"})
+
+
+@pytest.mark.parametrize("db_url", SERVERS, indirect=True)
+def test_a_rename_waits_for_a_change_of_the_pool_instead_of_deadlocking(store, engine):
+    """The rename changed the old name's booking rows, lowest id first, and wrote their events
+    without their pools' locks. A change of the pool holding the pool and the higher booking,
+    and then wanting the lower one (a move, an end), deadlocked with it. Now the rename locks
+    the pools first, as every change of bookings does: it waits for that change, then renames."""
+    lower = store.create("jdoe", "a100", 1, at(11), at(12))
+    higher = store.create("jdoe", "a100", 1, at(13), at(14))
+    lock = "SELECT {column} FROM {table} WHERE {column} = :key FOR UPDATE"
+    with engine.connect() as change, engine.connect() as watcher, ThreadPoolExecutor(1) as pool:
+        change.execute(text(lock.format(table="pools", column="name")), {"key": "a100"})
+        change.execute(text(lock.format(table="bookings", column="id")), {"key": higher.id})
+        renamed = pool.submit(rename_user, store, "jdoe", "john.doe")
+        while not renamed.done() and not lock_waits(watcher):
+            watcher.rollback()  # a fresh snapshot of the lock tables each time
+        change.execute(text(lock.format(table="bookings", column="id")), {"key": lower.id})
+        change.commit()
+        assert renamed.result() == Renamed(2, 0, 0, "none")
+    assert [store.get(b.id).user for b in (lower, higher)] == ["john.doe", "john.doe"]
 
 
 def test_a_new_name_that_booked_already_is_merged_and_keeps_its_own_link(store):
