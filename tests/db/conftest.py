@@ -11,7 +11,13 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 from db_test_times import NOW
-from server_databases import ServerDatabase, server_unreachable, skip_unless_reachable, unique_name
+from server_databases import (
+    SERVERS,
+    ServerDatabase,
+    server_unreachable,
+    skip_unless_reachable,
+    unique_name,
+)
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
@@ -44,11 +50,7 @@ def postgres_schema(database_url: URL):
         engine.dispose()
 
 
-BACKENDS = [
-    "sqlite",
-    pytest.param("postgresql", marks=pytest.mark.postgres),
-    pytest.param("mysql", marks=pytest.mark.mysql),
-]
+BACKENDS = ["sqlite", *SERVERS]
 
 
 @contextmanager

@@ -13,6 +13,7 @@ import pytest
 from db_test_store import fill
 from db_test_times import NOW
 from migration_data import REVISION_IDS, rows_of
+from server_databases import SERVERS
 
 from jhub_gpubooking.cli import main
 from jhub_gpubooking.core.clock import ManualClock
@@ -168,8 +169,7 @@ def test_what_cannot_be_backed_up_is_refused_and_leaves_nothing(tmp_path, proble
     assert beside(database) == files  # no backup, no leftover, no database made by a typo
 
 
-@pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres),
-                                    pytest.param("mysql", marks=pytest.mark.mysql)],
+@pytest.mark.parametrize("db_url", SERVERS,
                          indirect=True)
 def test_a_server_database_at_another_revision_is_refused(db_url, tmp_path, capsys):
     fill(db_url, up_to=REVISION_IDS[-2])

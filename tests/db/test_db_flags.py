@@ -6,13 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from db_test_times import at
-from server_databases import lock_waits
+from server_databases import SERVERS, lock_waits
 from sqlalchemy import text
 
 from jhub_gpubooking.db.flags import BookingFlags
-
-SERVERS = [pytest.param("postgresql", marks=pytest.mark.postgres),
-           pytest.param("mysql", marks=pytest.mark.mysql)]
 
 
 def test_flags_are_raised_and_cleared(store):

@@ -23,6 +23,7 @@ from typing import ClassVar
 
 import pytest
 from db_test_times import NOW
+from server_databases import SERVERS
 from sqlalchemy import select
 
 from jhub_gpubooking.core.clock import ManualClock
@@ -34,14 +35,7 @@ from jhub_gpubooking.db.store import BookingStore
 WORKER = Path(__file__).resolve().parents[1] / "service" / "lifecycle_process.py"
 FACTOR = 120  # fast-clock seconds per real second
 T0 = NOW.replace(minute=0)  # on the 15-minute grid: the bookings start "now"
-servers_only = pytest.mark.parametrize(
-    "db_url",
-    [
-        pytest.param("postgresql", marks=pytest.mark.postgres),
-        pytest.param("mysql", marks=pytest.mark.mysql),
-    ],
-    indirect=True,
-)
+servers_only = pytest.mark.parametrize("db_url", SERVERS, indirect=True)
 
 
 @servers_only

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from db_test_times import NOW, at
+from server_databases import SERVERS
 
 from jhub_gpubooking.db.models import BookingRow
 
@@ -47,8 +48,7 @@ def test_held_by_prefix_keeps_cancelled_bookings_whose_pod_may_still_run(store):
     assert (booking.id, booking.status) == (held.id, "cancelled")
 
 
-@pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres),
-                                    pytest.param("mysql", marks=pytest.mark.mysql)],
+@pytest.mark.parametrize("db_url", SERVERS,
                          indirect=True)
 def test_a_claim_in_one_pool_waits_for_nothing_of_the_users_other_pools(store):
     """A server's start claims under its pool's lock. It used to lock the user's active

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 from db_test_times import at
-from server_databases import lock_waits
+from server_databases import SERVERS, lock_waits
 from sqlalchemy import event, text
 
 from jhub_gpubooking.core.errors import Conflict, InvalidRequest, NoCapacity, PolicyViolation
@@ -156,8 +156,7 @@ def test_concurrent_serving_books_each_wait_once(make_store):
     assert waitlist.get(waits[2].id).state is WaitState.WAITING
 
 
-@pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres),
-                                    pytest.param("mysql", marks=pytest.mark.mysql)],
+@pytest.mark.parametrize("db_url", SERVERS,
                          indirect=True)
 def test_expiring_waits_does_not_deadlock_with_a_wait_being_booked(make_store, engine, clock):
     """Every serve first expires what is past; another serve may be booking a wait meanwhile,
