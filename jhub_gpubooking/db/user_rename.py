@@ -21,6 +21,7 @@ from .models import (
     BookingSeriesRow,
     FeedTokenRow,
     MissingUserRow,
+    PoolRow,
     WaitRow,
 )
 
@@ -63,11 +64,9 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
         session = work.session
         # pools first, then rows, as every change of bookings and waits goes (see .events):
         # the UPDATEs below lock the rows of the old name's bookings and waits, and their
-        # events read-lock the bookings' rows
-        work.lock_pools(session.scalars(
-            select(BookingRow.pool).where(BookingRow.user == old)
-            .union(select(WaitRow.pool).where(WaitRow.user == old))
-        ))
+        # events read-lock the bookings' rows. Every pool, as a rename is rare and brief: the
+        # old name's pools read before their locks could miss one booked in meanwhile
+        work.lock_pools(session.scalars(select(PoolRow.name)))
         pools = {booking_id: pool for booking_id, pool in session.execute(
             select(BookingRow.id, BookingRow.pool).where(BookingRow.user == old))}
         # their (and their series' and waits') Idempotency-Keys go: no create is sent again
@@ -81,8 +80,13 @@ def rename_user(store: BookingStore, old: str, new: str) -> Renamed:
         # an UPDATE's rowcount is the rows it matched, on every backend SQLAlchemy supports
         series = session.execute(update(BookingSeriesRow).where(BookingSeriesRow.user == old)
                                  .values(user=new, request_key=None)).rowcount
-        waits = session.execute(update(WaitRow).where(WaitRow.user == old)
-                                .values(user=new, updated=at, request_key=None)).rowcount
+        # by id, the row before its index entries, as a withdraw locks the row and then, in
+        # changing its state, the (user, state) entry: an UPDATE by the user's index took the
+        # entry first and waited for the row, and the two deadlocked on MariaDB (the walk)
+        wait_ids = sorted(session.scalars(select(WaitRow.id).where(WaitRow.user == old)))
+        waits = session.execute(update(WaitRow).where(WaitRow.id.in_(wait_ids))
+                                .values(user=new, updated=at, request_key=None)
+                                ).rowcount if wait_ids else 0
         old_link, new_link = session.get(FeedTokenRow, old), session.get(FeedTokenRow, new)
         feed_link = "none" if old_link is None else "kept" if new_link is not None else "moved"
         if old_link is not None:

@@ -3,7 +3,8 @@
 The service runs its database work in a thread pool: users' requests (create, end now, extend,
 claim at a server's start, the waitlist, series, start early, grants), the admission webhook's
 pod claims, the lifecycle tick (releases, warnings, the waitlist's serving), node discovery
-(``sync_pools`` and booking flags) and an admin's maintenance windows all share one
+(``sync_pools`` and booking flags), an admin's maintenance windows and ends, and
+``jhub-gpubooking users rename`` (a user renamed and back) all share one
 :class:`BookingStore`. Single-path tests run them one after another;
 here each kind has its own thread, seeded, for a fixed number of actions, while the clock moves
 on. A write that fails for anything but a refusal the user would be shown (a deadlock, a lock
@@ -31,7 +32,7 @@ from jhub_gpubooking.core.placement import overbooked_instants
 from jhub_gpubooking.core.recurrence import Occurrence
 from jhub_gpubooking.core.timegrid import floor_to_grid
 from jhub_gpubooking.core.waitlist import WaitState
-from jhub_gpubooking.db import claims, series
+from jhub_gpubooking.db import claims, series, user_rename
 from jhub_gpubooking.db.flags import BookingFlags
 from jhub_gpubooking.db.lifecycle import BookingLifecycle
 from jhub_gpubooking.db.opportunistic import OpportunisticBookings
@@ -274,7 +275,7 @@ class ConcurrentWalk:
 
     def _admin_step(self, name: str, chooser: random.Random) -> None:
         store, now = self.store, self.clock.now()
-        kind = chooser.choices(["add", "delete", "end_any"], weights=[1, 1, 2])[0]
+        kind = chooser.choices(["add", "delete", "end_any", "rename"], weights=[1, 1, 2, 1])[0]
         if kind == "add":
             pool = chooser.choice(sorted(store.pools))
             node = chooser.choice([None, *sorted(store.pools[pool].nodes)])
@@ -287,6 +288,14 @@ class ConcurrentWalk:
                 window = chooser.choice(windows)
                 self._attempt(name, "delete_maintenance",
                               lambda: store.delete_maintenance(window.id))
+        elif kind == "rename":
+            # a user without a booking limit (the rename does not check limits again), renamed
+            # and back: meanwhile their own thread books under the old name, merged on the way
+            # back
+            user = f"user{chooser.randrange(2, self.users)}"
+            self._attempt(name, kind, lambda: (
+                user_rename.rename_user(store, user, f"{user}.renamed"),
+                user_rename.rename_user(store, f"{user}.renamed", user)))
         else:
             live = [b for b in store.list(start=now) if b.status == "booked"]
             if live:

@@ -28,7 +28,7 @@ def test_concurrent_writes_of_every_kind_fail_only_as_refusals(make_store):
     assert check_invariants(store, store.now()) == []
     # the walk did what it is for: bookings made and ended, waits served, rules applied
     for action in ("create", "end", "extend", "claim", "wait", "sync", "flag", "maintenance",
-                   "pod_claim"):
+                   "pod_claim", "rename"):
         assert result.done[action] > 0, (action, result.done, result.refused)
     # a grant needs a GPU free for its whole horizon, which the busy walk seldom has
     assert result.done["grant"] + result.refused["grant"] > 0

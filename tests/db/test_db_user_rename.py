@@ -61,6 +61,26 @@ def test_a_rename_waits_for_a_change_of_the_pool_instead_of_deadlocking(store, e
     assert [store.get(b.id).user for b in (lower, higher)] == ["john.doe", "john.doe"]
 
 
+@pytest.mark.parametrize("db_url", SERVERS, indirect=True)
+def test_a_rename_waits_for_a_withdraw_instead_of_deadlocking(store, engine):
+    """A withdraw locks its wait's row, then changes its state (and so the wait's entry in the
+    (user, state) index). The rename's UPDATE of the old name's waits went by that index: on
+    MariaDB it locked the entry first, then waited for the row, and the withdraw's change of
+    the entry then waited for the rename (a deadlock, found by the concurrent walk). The rename
+    changes the waits by id now, as the withdraw goes: the row first."""
+    wait = WaitStore(store).join("jdoe", "a100", 1, at(11), at(12))
+    with engine.connect() as withdraw, engine.connect() as watcher, ThreadPoolExecutor(1) as pool:
+        withdraw.execute(text("SELECT id FROM waits WHERE id = :id FOR UPDATE"), {"id": wait.id})
+        renamed = pool.submit(rename_user, store, "jdoe", "john.doe")
+        while not renamed.done() and not lock_waits(watcher):
+            watcher.rollback()  # a fresh snapshot of the lock tables each time
+        withdraw.execute(text("UPDATE waits SET state = 'withdrawn' WHERE id = :id"),
+                         {"id": wait.id})
+        withdraw.commit()
+        assert renamed.result() == Renamed(0, 0, 1, "none")
+    assert WaitStore(store).get(wait.id).user == "john.doe"
+
+
 def test_a_new_name_that_booked_already_is_merged_and_keeps_its_own_link(store):
     store.create("jdoe", "a100", 1, at(14), at(15))
     store.create("john.doe", "a100", 1, at(15), at(16))
