@@ -164,11 +164,12 @@ def cmd_db_restore(args: argparse.Namespace) -> int:
              change.restored.status, _what_changed(change)) for change in report.taken_back]))
     running = report.servers_on_undone_bookings()
     if running:
-        print(f"\nServers that were running on bookings the restore took away or back "
-              f"({len(running)}): the service stops those whose booking is gone or over, and "
-              "records the claim of those whose booking runs on (c.HubServers), at its first "
-              "tick once the hub runs again:")
-        print(format_table(("BOOKING", "USER", "SERVER"), [
+        print(f"\nServers and pods that were running on bookings the restore took away or "
+              f"back ({len(running)}): the service stops those whose booking is gone or over, "
+              "and records the claim of those whose booking runs on, at its first tick once the "
+              "hub runs again (Hub servers: c.HubServers; pods the admission webhook admitted: "
+              "its check of them, with list on pods in their namespace):")
+        print(format_table(("BOOKING", "USER", "SERVER OR POD"), [
             (line.id, line.user, line.server or "(default)") for line in running]))
     users = report.users_to_tell()
     if users:

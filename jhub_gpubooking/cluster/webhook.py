@@ -18,6 +18,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Dict, Integer, List, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from ..admission.admitted_pods import AdmittedPods
 from ..admission.claims import PodClaims
 from ..admission.review import AdmissionSettings
 from ..admission.server import hub_group_members, start_webhook_server, webhook_app
@@ -93,6 +94,7 @@ class AdmissionWebhook(LoggingConfigurable):
     hub_api_url = Unicode(help="The Hub's REST API URL, for group members of namespace owners.")
     api_token = Unicode(help="The service's Hub API token.")
     booking_page_url = Unicode(help="Public URL of the reservation page, named in refusals.")
+    metrics = AnyTrait(None, help="The service's ServiceMetrics.")
     backends = Dict(help="The service's GPU backends (GPUBookingService.gpu_backends, resolved).")
     grace_seconds = Integer(
         help="Lifecycle.end_grace_seconds: an admitted pod's activeDeadlineSeconds is its "
@@ -107,6 +109,7 @@ class AdmissionWebhook(LoggingConfigurable):
         self.server: HTTPServer | None = None
         self._certificate_check: PeriodicCallback | None = None
         self.pod_claims: PodClaims | None = None
+        self.admitted_pods: AdmittedPods | None = None
         if self.webhook_port:
             async def connect() -> Any:
                 # checked per use: without Kubernetes credentials the claims wait (logged once)
@@ -115,6 +118,10 @@ class AdmissionWebhook(LoggingConfigurable):
             self.pod_claims = PodClaims(
                 self.store, connect, self.executor,
                 timedelta(seconds=self.grace_seconds),
+            )
+            self.admitted_pods = AdmittedPods(
+                self.store, connect, self.executor, timedelta(seconds=self.grace_seconds),
+                self.admission_settings, self.metrics,
             )
 
     def admission_settings(self) -> AdmissionSettings:
@@ -151,6 +158,12 @@ class AdmissionWebhook(LoggingConfigurable):
             self._certificate_check.start()
         self.log.info("Admission webhook listening on %s:%s (%s)", self.webhook_address, port,
                       "TLS" if self.webhook_certfile else "plain HTTP, for tests only")
+
+    async def check_admitted_pods(self, now: datetime) -> None:
+        """Called first in the lifecycle tick: pods on bookings the database lacks or has
+        unclaimed (after a restore) are deleted or get their claim back."""
+        if self.admitted_pods is not None:
+            await self.admitted_pods.check(now)
 
     async def reconcile_pod_claims(self, now: datetime) -> None:
         """Called by the lifecycle tick: end pods whose bookings are over."""

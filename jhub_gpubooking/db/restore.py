@@ -58,7 +58,7 @@ class BookingLine:
     start: datetime
     end: datetime
     status: str
-    server: str | None  # the Hub server using it ("" the default one), None: unused
+    server: str | None  # its holder: a Hub server ("" the default one) or pod:NS/NAME; None: unused
 
 
 @dataclass(frozen=True)
@@ -80,10 +80,11 @@ class RestoreReport:
     checksum: str
 
     def servers_on_undone_bookings(self) -> list[BookingLine]:
-        """The bookings a Hub server was using when the restore ran that the restore took away
-        or gave back unused: with ``cleanup_servers`` off (z2jh), their pods survive the Hub's
-        stop, using bookings the restored database lacks or counts as unused, until the
-        service's check of the Hub's servers (c.HubServers) stops them or claims again."""
+        """The bookings a Hub server or an admitted pod was using when the restore ran that the
+        restore took away or gave back unused: with ``cleanup_servers`` off (z2jh), servers'
+        pods survive the Hub's stop, and pods made outside the Hub do not stop with it, using
+        bookings the restored database lacks or counts as unused, until the service's check of
+        the Hub's servers (c.HubServers) or of the admitted pods stops them or claims again."""
         changed = [change.replaced for change in self.taken_back
                    if change.replaced.server is not None
                    and change.restored.server != change.replaced.server]

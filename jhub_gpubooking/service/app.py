@@ -497,7 +497,7 @@ class GPUBookingService(Application):
         self.webhook = AdmissionWebhook(
             **common, **hub, clock=self.clock, connector=self.cluster_access.connector,
             booking_page_url=self.booking_page_url, backends=self.backends,
-            grace_seconds=self.lifecycle.end_grace_seconds,
+            grace_seconds=self.lifecycle.end_grace_seconds, metrics=self.metrics,
         )
         self.lifecycle.webhook = self.webhook
         self.lifecycle.orphan_pods = OrphanPods(

@@ -150,6 +150,9 @@ class Lifecycle(LoggingConfigurable):
         now = now or self.clock.now()
         if self.hub_servers is not None:
             await self.hub_servers.check(now)
+        # pods the webhook admitted, from the cluster's side, before the no-show rule too
+        if self.webhook is not None:
+            await self.webhook.check_admitted_pods(now)
         await self.expire_stale_claims(now)
         actions = await in_executor(self.executor, self.bookings.due, now)
         for action in actions:

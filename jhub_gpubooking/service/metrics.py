@@ -123,6 +123,14 @@ class ServiceMetrics:
             ["finding"],
             registry=self.registry,
         )
+        self.admitted_pod_mismatches = Counter(
+            "gpubooking_admitted_pod_mismatches",
+            "Running GPU pods the admission webhook admitted whose booking the database did not "
+            "agree with, by what was wrong, once each tick that found it: gone, other_booking "
+            "and not_active are deleted; unclaimed gets the pod's claim recorded.",
+            ["finding"],
+            registry=self.registry,
+        )
         self.last_backup = Gauge(
             "gpubooking_last_backup_timestamp_seconds",
             "When the newest scheduled backup of the booking database was taken (c."

@@ -168,4 +168,4 @@ def test_claims_are_declared_side_effects_and_ephemeral_containers_are_checked()
     (role,) = [r for r in by_kind("ClusterRole") if r["metadata"]["name"] ==
                "gpubooking-pod-claims"]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"],
-                              "verbs": ["get", "delete"]}]
+                              "verbs": ["get", "list", "delete"]}]

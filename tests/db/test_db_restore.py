@@ -50,6 +50,9 @@ def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
     store.cancel(changed.id, actor="bob")
     made_since = book(store, "carol", 0)  # the slot running now, and a server started on it
     store.claim(made_since.id, "gpu")
+    # and a pod the admission webhook admitted on another one
+    pod_since = book(store, "carol", 0)
+    store.claim(pod_since.id, "pod:carol-jobs/train")
     before = rows_of(migrated_url)
 
     code = main(["db", "restore", str(backup), "--db-url", migrated_url])
@@ -58,14 +61,17 @@ def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
     assert rows_of(migrated_url) == at_backup
     assert sha256(backup) == backup_bytes  # the backup itself is only read
     assert "is the same in the backup and the database" in out
-    assert any(line.split() == ["bookings", "3", "2"] for line in out.splitlines())
-    gone = lines_after(out, "Bookings made since the backup, gone now (1):")
-    assert [row[:3] for row in gone] == [[str(made_since.id), "carol", "a100"]]
+    assert any(line.split() == ["bookings", "4", "2"] for line in out.splitlines())
+    gone = lines_after(out, "Bookings made since the backup, gone now (2):")
+    assert [row[:3] for row in gone] == [[str(made_since.id), "carol", "a100"],
+                                         [str(pod_since.id), "carol", "a100"]]
     back = lines_after(out, "Bookings changed since the backup, as they were then (1):")
     assert [row[:3] + row[-2:] for row in back] == [
         [str(changed.id), "bob", "a100", "booked", "cancelled"]]
-    running = lines_after(out, "Servers that were running on bookings the restore took away or back")
-    assert running == [[str(made_since.id), "carol", "gpu"]]
+    running = lines_after(out, "Servers and pods that were running on bookings the restore took "
+                               "away or back (2)")
+    assert running == [[str(made_since.id), "carol", "gpu"],
+                       [str(pod_since.id), "carol", "pod:carol-jobs/train"]]
     assert "Tell 2 user(s): bob, carol." in out
     assert store.get(kept.id).status == "booked" and store.get(changed.id).status == "booked"
 
@@ -76,7 +82,7 @@ def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
 
     # no id is given twice: the next booking's id is past the one the restore took away
     after = book(store, "dan", 8)
-    assert after.id > made_since.id
+    assert after.id > pod_since.id
 
     # restoring the kept file undoes the restore; the booking made meanwhile is listed
     undo = tmp_path / "undo.sqlite"

@@ -1,0 +1,206 @@
+"""Pods the webhook admitted, compared with the bookings they run on (``check_admitted_pods``).
+
+The webhook's claims are reconciled from the database's side (:mod:`.claims`): every ``pod:``
+claim is looked up in the cluster. That cannot see a pod whose claim the database no longer
+has. After a restore of the booking database (or a database set up anew), a pod admitted on a
+booking made since the backup runs on a booking that is gone, and one admitted on a booking
+made before it runs on a booking that is back unclaimed: the database counts that pod's GPUs
+as free, so the next booking gets them while the pod still holds them (until its
+``activeDeadlineSeconds``, the booking's end as it was at admission), and the unclaimed
+booking is released as a no-show under the running pod.
+
+So every lifecycle tick, before the no-show rule, the service also looks from the cluster's
+side: it lists the GPU pods of the gated namespaces that carry the webhook's booking-id label
+and compares each with its booking (:func:`check_pod` is the rule, :class:`AdmittedPods` the
+I/O). Only pods asking for GPUs count: the webhook replaces the owned labels of every GPU pod
+it admits, so their label is its own, while a pod without GPUs may carry any label and holds
+nothing. Pods of Hub servers (the ``hub.jupyter.org/servername`` annotation) are left to
+``c.HubServers`` and ``c.OrphanPods``, which ask the Hub.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..core.errors import Conflict
+from ..core.model import Booking, BookingState
+from ..core.timegrid import parse_time
+from ..executor import in_executor
+from .claims import delete_pod
+from .review import (
+    BOOKING_ID_KEY,
+    POD_HOLDER_PREFIX,
+    SERVERNAME_KEY,
+    AdmissionSettings,
+    holder_pod,
+    pod_holder,
+    wants_gpus,
+)
+
+log = logging.getLogger(__name__)
+
+#: How far the API server's clock (a pod's creationTimestamp) may be behind the service's (a
+#: booking's ``created``): a pod is admitted on a booking that exists, so it is created after it.
+CLOCK_SKEW = timedelta(seconds=60)
+
+
+class PodFinding(str, enum.Enum):
+    """What is wrong with an admitted pod's booking, and so what to do."""
+
+    GONE = "gone"  # no such booking in the database: delete the pod
+    OTHER_BOOKING = "other_booking"  # the id is a booking made after the pod: delete
+    NOT_ACTIVE = "not_active"  # cancelled, not started, or ended past the grace: delete
+    UNCLAIMED = "unclaimed"  # active and nobody holds it: record the pod's claim again
+
+    @property
+    def deletes(self) -> bool:
+        return self is not PodFinding.UNCLAIMED
+
+    def describe(self, pod: AdmittedPod, booking: Booking | None, now: datetime) -> str:
+        if self is PodFinding.GONE:
+            return (f"booking {pod.booking_id} is not in the booking database (taken away by "
+                    "a restore, or a database set up anew)")
+        assert booking is not None
+        if self is PodFinding.OTHER_BOOKING:
+            return (f"booking {booking.id} was made after the pod, so the pod was admitted on "
+                    "another booking of that id (in a database set up anew)")
+        if self is PodFinding.UNCLAIMED:
+            return f"booking {booking.id} had no claim (given back by a restore?)"
+        return f"booking {booking.id} is {booking.state(now).value}"
+
+
+@dataclass(frozen=True)
+class AdmittedPod:
+    """A running GPU pod carrying the webhook's booking-id label."""
+
+    namespace: str
+    name: str
+    booking_id: int
+    created: datetime | None = None  # the API server's creationTimestamp
+
+    @property
+    def holder(self) -> str:
+        return pod_holder(self.namespace, self.name)
+
+
+def admitted_pod(pod: Mapping[str, Any], settings: AdmissionSettings) -> AdmittedPod | None:
+    """``pod`` (the API's JSON) as the check sees it; None for a pod it leaves alone: one
+    without the label or GPUs, a Hub server's, or one finished or being deleted (the claims'
+    reconcile releases those)."""
+    metadata = pod.get("metadata") or {}
+    label = str((metadata.get("labels") or {}).get(BOOKING_ID_KEY, ""))
+    if not label.isdigit() or SERVERNAME_KEY in (metadata.get("annotations") or {}):
+        return None
+    phase = (pod.get("status") or {}).get("phase")
+    if metadata.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+        return None
+    if not wants_gpus(pod, settings):
+        return None
+    created = metadata.get("creationTimestamp")
+    return AdmittedPod(metadata.get("namespace", ""), metadata.get("name", ""), int(label),
+                       parse_time(created) if created else None)
+
+
+def check_pod(pod: AdmittedPod, booking: Booking | None, now: datetime,
+              grace: timedelta) -> PodFinding | None:
+    """What is wrong with ``pod`` running on ``booking`` (None: not in the database) at ``now``.
+
+    A booking the pod holds is the claims' reconcile's (it deletes the pod after the end); one
+    another holder uses is left alone: the database counts its GPUs as booked, and the pod
+    stops at its deadline."""
+    if booking is None:
+        return PodFinding.GONE
+    if booking.server == pod.holder:
+        return None
+    if (pod.created is not None and booking.created is not None
+            and pod.created < booking.created - CLOCK_SKEW):
+        return PodFinding.OTHER_BOOKING
+    state = booking.state(now)
+    if state is BookingState.ACTIVE:
+        return PodFinding.UNCLAIMED if booking.server is None else None
+    if state is BookingState.ENDED and now < booking.end + grace:
+        return None
+    return PodFinding.NOT_ACTIVE
+
+
+class AdmittedPods:
+    """Lists the gated namespaces' admitted GPU pods and puts each right with its booking.
+
+    The namespaces are the gated ones (``AdmissionWebhook.webhook_namespaces``), else those
+    with an owner (``namespace_owners``), plus those of the pods holding a claim now."""
+
+    def __init__(self, store: Any, connect: Callable[[], Awaitable[Any]], executor: Executor,
+                 grace: timedelta, settings: Callable[[], AdmissionSettings],
+                 metrics: Any = None):
+        self.store = store
+        self._connect = connect
+        self.executor = executor
+        self.grace = grace
+        self.settings = settings
+        self.metrics = metrics
+        self._unavailable_logged = False
+
+    def _namespaces(self, settings: AdmissionSettings, claimed: Collection[str]) -> list[str]:
+        named = set(settings.namespaces) or set(settings.namespace_owners)
+        return sorted(named | set(claimed))
+
+    async def check(self, now: datetime) -> list[tuple[AdmittedPod, PodFinding]]:
+        """One round at ``now``: what was found and acted on."""
+        from kubernetes_asyncio.client import CoreV1Api
+
+        settings = self.settings()
+        held = await in_executor(self.executor, self.store.held_by_prefix, POD_HOLDER_PREFIX)
+        claimed = {pod[0] for booking, _ in held if (pod := holder_pod(booking.server))}
+        namespaces = self._namespaces(settings, claimed)
+        if not namespaces:
+            return []
+        try:
+            async with await self._connect() as api_client:
+                api = CoreV1Api(api_client)
+                pods = []
+                for namespace in namespaces:
+                    listed = await api.list_namespaced_pod(namespace, label_selector=BOOKING_ID_KEY)
+                    pods += [found for item in listed.items if (found := admitted_pod(
+                        api_client.sanitize_for_serialization(item), settings))]
+                return await self._act_on(api, pods, now)
+        except Exception as error:  # noqa: BLE001 - retried on the next tick
+            if not self._unavailable_logged:
+                log.warning("Admitted pods not compared with their bookings (retried every "
+                            "tick): %s", error)
+                self._unavailable_logged = True
+            return []
+
+    async def _act_on(self, api: Any, pods: list[AdmittedPod],
+                      now: datetime) -> list[tuple[AdmittedPod, PodFinding]]:
+        self._unavailable_logged = False
+        bookings = await in_executor(self.executor, self.store.get_many,
+                                     {pod.booking_id for pod in pods})
+        acted = []
+        for pod in pods:
+            booking = bookings.get(pod.booking_id)
+            finding = check_pod(pod, booking, now, self.grace)
+            if finding is None:
+                continue
+            if self.metrics is not None:
+                self.metrics.admitted_pod_mismatches.labels(finding.value).inc()
+            why = finding.describe(pod, booking, now)
+            if finding.deletes:
+                # a pod that ended meanwhile is a 404, which delete_pod takes as done
+                await delete_pod(api, pod.namespace, pod.name)
+                log.warning("Deleted pod %s/%s: %s", pod.namespace, pod.name, why)
+            else:
+                try:
+                    await in_executor(self.executor, self.store.claim, booking.id, pod.holder)
+                except Conflict as error:  # claimed or ended since the read: next round
+                    log.info("Claim of booking %s for pod %s/%s not recorded: %s",
+                             booking.id, pod.namespace, pod.name, error)
+                    continue
+                log.warning("Recorded the claim of pod %s/%s: %s", pod.namespace, pod.name, why)
+            acted.append((pod, finding))
+        return acted

@@ -1,0 +1,102 @@
+"""The rule of the check of admitted pods (admission/admitted_pods.py): which listed pods it
+looks at, and what it does about each one's booking."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from admission_fixtures import BOOKING_END, NOW, booking, gpu_pod
+
+from jhub_gpubooking.admission.admitted_pods import (
+    AdmittedPod,
+    PodFinding,
+    admitted_pod,
+    check_pod,
+)
+from jhub_gpubooking.admission.review import AdmissionSettings
+
+GRACE = timedelta(seconds=60)
+CREATED = "2030-05-06T10:01:00Z"
+
+
+def listed(labels=None, annotations=None, resources=None, phase="Running", **metadata) -> dict:
+    """A pod as the API lists it: namespace, creation time and status included."""
+    pod = gpu_pod(resources if resources is not None else {"nvidia.com/gpu": "1"},
+                  name="train", annotations=annotations,
+                  labels=labels if labels is not None else {"gpubooking.jupyter.org/booking-id": "7"})
+    pod["metadata"].update(namespace="alice-jobs", creationTimestamp=CREATED, **metadata)
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+@pytest.fixture
+def settings(pools) -> AdmissionSettings:
+    return AdmissionSettings(pools=pools, namespace_owners={"alice-jobs": "alice"})
+
+
+def test_a_running_gpu_pod_with_the_label_is_looked_at(settings):
+    assert admitted_pod(listed(), settings) == AdmittedPod(
+        "alice-jobs", "train", 7, NOW.replace(minute=1))
+    assert admitted_pod(listed(), settings).holder == "pod:alice-jobs/train"
+    assert admitted_pod(listed(phase="Pending"), settings) is not None
+
+
+@pytest.mark.parametrize("pod", [
+    listed(labels={}),
+    listed(labels={"gpubooking.jupyter.org/booking-id": "seven"}),
+    # a pod without GPUs holds none, and may carry any label: the webhook patches GPU pods only
+    listed(resources={"cpu": "1"}),
+    # a Hub server's pod is c.HubServers' and c.OrphanPods'
+    listed(annotations={"hub.jupyter.org/servername": ""}),
+    listed(phase="Succeeded"),
+    listed(phase="Failed"),
+    listed(deletionTimestamp="2030-05-06T10:04:00Z"),
+], ids=["no label", "not an id", "no GPUs", "hub server", "succeeded", "failed", "deleting"])
+def test_pods_the_check_leaves_alone(settings, pod):
+    assert admitted_pod(pod, settings) is None
+
+
+POD = AdmittedPod("alice-jobs", "train", 7, NOW.replace(minute=1))
+HOLDER = "pod:alice-jobs/train"
+MADE = NOW - timedelta(minutes=10)
+
+
+@pytest.mark.parametrize(("the_booking", "at", "expected"), [
+    (None, NOW, PodFinding.GONE),
+    (booking(server=HOLDER), NOW, None),  # the claims' reconcile's
+    (booking(server=HOLDER), BOOKING_END + timedelta(hours=1), None),
+    (booking(), NOW, PodFinding.UNCLAIMED),
+    (booking(server="pod:alice-jobs/other"), NOW, None),
+    (booking(server=""), NOW, None),  # a Hub server holds it: its GPUs count as booked
+    (booking(), BOOKING_END + GRACE - timedelta(seconds=1), None),
+    (booking(), BOOKING_END + GRACE, PodFinding.NOT_ACTIVE),
+    (replace(booking(), status="cancelled"), NOW, PodFinding.NOT_ACTIVE),
+    (replace(booking(), start=NOW + timedelta(hours=1)), NOW, PodFinding.NOT_ACTIVE),
+    # made within the clocks' skew before the pod: the pod's own
+    (replace(booking(), created=POD.created + timedelta(seconds=59)), NOW,
+     PodFinding.UNCLAIMED),
+    # made after the pod: another booking of that id (a database set up anew)
+    (replace(booking(), created=POD.created + timedelta(minutes=2)), NOW,
+     PodFinding.OTHER_BOOKING),
+    (replace(booking(server=HOLDER), created=POD.created + timedelta(minutes=2)), NOW, None),
+], ids=["gone", "held by it", "held by it, ended", "unclaimed", "held by another pod",
+        "held by a hub server", "ended within the grace", "ended", "cancelled", "upcoming",
+        "made just before", "made after the pod", "made after but held by it"])
+def test_what_is_done_about_a_pods_booking(the_booking, at, expected):
+    if the_booking is not None and the_booking.created is None:
+        the_booking = replace(the_booking, created=MADE)
+    assert check_pod(POD, the_booking, at, GRACE) == expected
+
+
+def test_the_log_says_why():
+    unclaimed = replace(booking(), created=MADE)
+    assert PodFinding.GONE.describe(POD, None, NOW) == (
+        "booking 7 is not in the booking database (taken away by a restore, or a database set "
+        "up anew)")
+    assert PodFinding.UNCLAIMED.describe(POD, unclaimed, NOW) == (
+        "booking 7 had no claim (given back by a restore?)")
+    assert PodFinding.NOT_ACTIVE.describe(POD, replace(unclaimed, status="cancelled"), NOW) == (
+        "booking 7 is cancelled")
+    assert [finding.deletes for finding in PodFinding] == [True, True, True, False]

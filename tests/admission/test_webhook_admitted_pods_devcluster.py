@@ -1,0 +1,67 @@
+"""Pods the webhook admitted, after a restore of the booking database, through the simulated
+API server: a real backup and ``db restore``, the service's own webhook and lifecycle tick, real
+pods. The pod on a booking the restore took away is deleted (its GPUs are free in the restored
+database); the pod on a booking the restore gave back unclaimed gets its claim recorded before
+the no-show rule could release the booking under it; a pod without GPUs that carries the label
+is left alone."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from admission_fixtures import gpu_pod, running_gpu_pod
+from webhook_cluster import phase, wait_for_phase, webhook_cluster
+
+from jhub_gpubooking.core.timegrid import floor_to_grid
+from jhub_gpubooking.db.backup import backup_database
+from jhub_gpubooking.db.restore import restore_database
+
+LABEL = "gpubooking.jupyter.org/booking-id"
+
+
+async def test_a_restore_leaves_no_admitted_pod_on_a_booking_it_undid(tmp_path):
+    # the service's clock at the real time: the check compares the pods' creation times (the
+    # API server's clock) with the bookings'
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    start, end = floor_to_grid(now, 15), floor_to_grid(now, 15) + timedelta(hours=2)
+    async with webhook_cluster(tmp_path, now) as (core, service):
+        store = service.store
+        kept = store.create("alice", "a100", 1, start, end)
+        backup = tmp_path / "backup.sqlite"
+        backup_database(service.db_url, backup)
+        # since the backup: a pod claims the kept booking, a new booking and a pod on it
+        await core.create_namespaced_pod("alice-jobs", running_gpu_pod("claimed-since"))
+        gone = store.create("alice", "a100", 1, start, end)
+        await core.create_namespaced_pod("alice-jobs", running_gpu_pod("on-gone"))
+        # a pod without GPUs holds nothing, whatever label its creator wrote
+        await core.create_namespaced_pod("alice-jobs", gpu_pod(
+            {"cpu": "1"}, name="cpu-labelled", labels={LABEL: str(gone.id)},
+            command=running_gpu_pod("x")["spec"]["containers"][0]["command"],
+            restartPolicy="Never"))
+        for name in ("claimed-since", "on-gone", "cpu-labelled"):
+            await wait_for_phase(core, name, {"Running"})
+        assert store.get(kept.id).server == "pod:alice-jobs/claimed-since"
+        assert store.get(gone.id).server == "pod:alice-jobs/on-gone"
+
+        report = restore_database(backup, service.db_url, tmp_path / "replaced.sqlite")
+        assert [line.id for line in report.taken_away] == [gone.id]
+        assert [change.restored.id for change in report.taken_back] == [kept.id]
+        assert store.get(kept.id).server is None
+
+        # the first tick, past the no-show time of the kept booking
+        await service.lifecycle.tick(now + timedelta(minutes=20))
+        assert await wait_for_phase(core, "on-gone", {None}) is None
+        assert store.get(kept.id).server == "pod:alice-jobs/claimed-since"
+        assert store.get(kept.id).end == end  # not released as a no-show
+        assert [e.kind for e in store.history(kept.id)] == ["created", "claimed"]
+        assert await phase(core, "claimed-since") == "Running"
+        assert await phase(core, "cpu-labelled") == "Running"
+        metrics = service.metrics.registry
+        assert [metrics.get_sample_value("gpubooking_admitted_pod_mismatches_total",
+                                         {"finding": finding})
+                for finding in ("gone", "unclaimed", "not_active", "other_booking")] == [
+            1, 1, None, None]
+
+        # the GPU the deleted pod held is free for the next booking; nothing more to put right
+        assert store.create("alice", "a100", 1, start + timedelta(minutes=30), end).placement
+        assert await service.webhook.admitted_pods.check(now + timedelta(minutes=21)) == []
