@@ -144,7 +144,7 @@ class AdmittedPods:
         self.grace = grace
         self.settings = settings
         self.metrics = metrics
-        self._unavailable_logged = False
+        self._logged: set[str | None] = set()
 
     def _namespaces(self, settings: AdmissionSettings, claimed: Collection[str]) -> list[str]:
         named = set(settings.namespaces) or set(settings.namespace_owners)
@@ -165,20 +165,41 @@ class AdmittedPods:
                 api = CoreV1Api(api_client)
                 pods = []
                 for namespace in namespaces:
-                    listed = await api.list_namespaced_pod(namespace, label_selector=BOOKING_ID_KEY)
-                    pods += [found for item in listed.items if (found := admitted_pod(
-                        api_client.sanitize_for_serialization(item), settings))]
+                    pods += await self._listed(api_client, api, namespace, settings)
+                self._logged.discard(None)
                 return await self._act_on(api, pods, now)
         except Exception as error:  # noqa: BLE001 - retried on the next tick
-            if not self._unavailable_logged:
-                log.warning("Admitted pods not compared with their bookings (retried every "
-                            "tick): %s", error)
-                self._unavailable_logged = True
+            self._warn_once(None, "Admitted pods not compared with their bookings (retried "
+                            f"every tick): {error}")
             return []
+
+    async def _listed(self, api_client: Any, api: Any, namespace: str,
+                      settings: AdmissionSettings) -> list[AdmittedPod]:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            listed = await api.list_namespaced_pod(namespace, label_selector=BOOKING_ID_KEY)
+        except ApiException as error:
+            # one namespace the service may not list must not hide the others' pods
+            hint = (": the hub's service account needs list on pods there, which "
+                    "pod-claims-rbac.yaml grants since 0.2.0 (apply it again)"
+                    if error.status == 403 else "")
+            self._warn_once(namespace, f"Admitted pods of namespace {namespace} not compared "
+                            f"with their bookings (retried every tick): {error.status} "
+                            f"{error.reason}{hint}")
+            return []
+        self._logged.discard(namespace)
+        return [found for item in listed.items
+                if (found := admitted_pod(api_client.sanitize_for_serialization(item), settings))]
+
+    def _warn_once(self, key: str | None, message: str) -> None:
+        """Warn once until it works again (``key``: the namespace, None for the cluster)."""
+        if key not in self._logged:
+            log.warning(message)
+            self._logged.add(key)
 
     async def _act_on(self, api: Any, pods: list[AdmittedPod],
                       now: datetime) -> list[tuple[AdmittedPod, PodFinding]]:
-        self._unavailable_logged = False
         bookings = await in_executor(self.executor, self.store.get_many,
                                      {pod.booking_id for pod in pods})
         acted = []

@@ -3,14 +3,19 @@ looks at, and what it does about each one's booking."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
+from types import SimpleNamespace
 
+import kubernetes_asyncio.client
 import pytest
 from admission_fixtures import BOOKING_END, NOW, booking, gpu_pod
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from jhub_gpubooking.admission.admitted_pods import (
     AdmittedPod,
+    AdmittedPods,
     PodFinding,
     admitted_pod,
     check_pod,
@@ -100,3 +105,62 @@ def test_the_log_says_why():
     assert PodFinding.NOT_ACTIVE.describe(POD, replace(unclaimed, status="cancelled"), NOW) == (
         "booking 7 is cancelled")
     assert [finding.deletes for finding in PodFinding] == [True, True, True, False]
+
+
+class FakeCluster:
+    """The API calls the check makes: a namespace it may not list answers 403."""
+
+    def __init__(self, pods: dict[str, list[dict]], forbidden: set[str]):
+        self.pods, self.forbidden, self.deleted = pods, forbidden, []
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return False
+
+    def sanitize_for_serialization(self, item):
+        return item
+
+    async def list_namespaced_pod(self, namespace, label_selector):
+        assert label_selector == "gpubooking.jupyter.org/booking-id"
+        if namespace in self.forbidden:
+            raise ApiException(status=403, reason="Forbidden")
+        return SimpleNamespace(items=self.pods.get(namespace, []))
+
+    async def delete_namespaced_pod(self, name, namespace):
+        self.deleted.append(f"{namespace}/{name}")
+
+
+class NoBookings:
+    def held_by_prefix(self, prefix):
+        return []
+
+    def get_many(self, ids):
+        return {}
+
+
+async def test_a_namespace_the_service_may_not_list_is_named_once_and_hides_no_other(
+        pools, monkeypatch, caplog):
+    pod = listed()
+    pod["metadata"]["namespace"] = "bob-jobs"
+    cluster = FakeCluster({"bob-jobs": [pod]}, forbidden={"alice-jobs"})
+    monkeypatch.setattr(kubernetes_asyncio.client, "CoreV1Api", lambda api_client: api_client)
+
+    async def connect():
+        return cluster
+
+    settings = AdmissionSettings(pools=pools, namespaces=("alice-jobs", "bob-jobs"))
+    with ThreadPoolExecutor(1) as executor:
+        check = AdmittedPods(NoBookings(), connect, executor, GRACE, lambda: settings)
+        found = await check.check(NOW)
+        assert [(pod.holder, finding) for pod, finding in found] == [
+            ("pod:bob-jobs/train", PodFinding.GONE)]
+        assert cluster.deleted == ["bob-jobs/train"]
+        await check.check(NOW)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"
+                and "not compared" in r.getMessage()]
+    assert warnings == [
+        "Admitted pods of namespace alice-jobs not compared with their bookings (retried every "
+        "tick): 403 Forbidden: the hub's service account needs list on pods there, which "
+        "pod-claims-rbac.yaml grants since 0.2.0 (apply it again)"]
