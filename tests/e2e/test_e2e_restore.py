@@ -7,18 +7,22 @@ one-off pod of the how-to. It must say whom it concerns and which servers ran on
 once the Hub runs again the service must show the backup's bookings, stop the server whose
 booking is gone, record again the claim of a server whose booking the backup has unclaimed
 (before the no-show rule, a minute here, releases it), and give the next booking an id that
-was never given before.
+was never given before. The same for pods the admission webhook admitted outside the Hub: the
+one on a booking made since the backup is deleted, the one on a booking the backup has
+unclaimed gets its claim back.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from e2e_harness import Driver, running_demo
+from pod_commands import SLEEPER
 
 from jhub_gpubooking.core.timegrid import ceil_to_grid
 
@@ -26,6 +30,8 @@ pytestmark = pytest.mark.e2e
 
 #: a safety net for a command that never ends (no timing is asserted)
 COMMAND_SECONDS = 300
+#: dan's namespace, gated by the service's admission webhook
+LAB = "restore-lab"
 
 
 def admin(*argv: str) -> str:
@@ -43,14 +49,31 @@ def bookings(driver: Driver) -> dict[int, dict]:
     return {booking["id"]: booking for booking in response.json()["bookings"]}
 
 
+def create_pod(driver: Driver, name: str, booking_id: int) -> None:
+    """A pod in the gated namespace on one whole L4 GPU, naming its booking."""
+    pod = {"metadata": {"name": name,
+                        "annotations": {"gpubooking.jupyter.org/booking-id": str(booking_id)}},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "main", "image": "python:3.12", "command": SLEEPER,
+               "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    response = driver.cluster.post(f"api/v1/namespaces/{LAB}/pods", json=pod)
+    assert response.status_code == 201, response.text
+
+
+def lab_pods(driver: Driver) -> set[str]:
+    return {pod["metadata"]["name"] for pod in driver.cluster_pods()
+            if pod["metadata"]["namespace"] == LAB and not pod["metadata"].get("deletionTimestamp")}
+
+
 def test_a_restore_with_the_hub_stopped_takes_the_bookings_back_and_gives_no_id_twice(tmp_path):
     with running_demo(tmp_path / "restore-demo", profile="soak",
-                      gated_namespaces={"restore-lab": "nobody"}) as driver:
+                      gated_namespaces={LAB: "dan"}) as driver:
         demo = driver.demo
         url = f"sqlite:///{demo.state_dir / 'gpubooking.sqlite'}"
         later = ceil_to_grid(datetime.now(timezone.utc), 1) + timedelta(hours=1)
         kept = driver.book("ada", "a100", 1, minutes=60, start=later)
         carols = driver.book("carol", "a100", 1, minutes=60)  # running, not started yet
+        dans = driver.book("dan", "l4", 1, minutes=60)  # the same, for a pod made outside the Hub
         backup = tmp_path / "gpubooking-backup.sqlite"
         admin("db", "backup", str(backup), "--db-url", url)  # while the Hub runs
         at_backup = bookings(driver)
@@ -64,15 +87,22 @@ def test_a_restore_with_the_hub_stopped_takes_the_bookings_back_and_gives_no_id_
         for user in ("bob", "carol"):
             driver.wait_ready(user)
         assert driver.get_booking(carols["id"])["server"] == ""
+        # and dan runs a pod on the booking he had, and another on one booked since
+        dans_since = driver.book("dan", "l4", 1, minutes=30)
+        create_pod(driver, "on-kept", dans["id"])
+        create_pod(driver, "on-since", dans_since["id"])
+        assert driver.get_booking(dans["id"])["server"] == f"pod:{LAB}/on-kept"
 
         demo.stop_hub()
         out = admin("db", "restore", str(backup), "--db-url", url)
-        assert "Bookings made since the backup, gone now (1):" in out
-        assert "Bookings changed since the backup, as they were then (2):" in out
-        assert "Tell 3 user(s): ada, bob, carol." in out
-        running = out.split("once the hub runs again:\n", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+        assert "Bookings made since the backup, gone now (2):" in out
+        assert "Bookings changed since the backup, as they were then (3):" in out
+        assert "Tell 4 user(s): ada, bob, carol, dan." in out
+        running = out.split("in their namespace):\n", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
         assert sorted(line.split() for line in running) == sorted([
-            [str(gone["id"]), "bob", "(default)"], [str(carols["id"]), "carol", "(default)"]])
+            [str(gone["id"]), "bob", "(default)"], [str(carols["id"]), "carol", "(default)"],
+            [str(dans_since["id"]), "dan", f"pod:{LAB}/on-since"],
+            [str(dans["id"]), "dan", f"pod:{LAB}/on-kept"]])
         assert {"jupyter-bob", "jupyter-carol"} <= driver.pods().keys()  # as on z2jh
 
         demo.start_hub()
@@ -80,7 +110,7 @@ def test_a_restore_with_the_hub_stopped_takes_the_bookings_back_and_gives_no_id_
         driver = Driver(demo)  # the old connections went to the Hub's old proxy
         try:
             restored = bookings(driver)
-            assert restored.keys() == at_backup.keys() == {kept["id"], carols["id"]}
+            assert restored.keys() == at_backup.keys() == {kept["id"], carols["id"], dans["id"]}
             assert restored[kept["id"]]["state"] == "upcoming"
             response = driver.booking.get(f"bookings/{gone['id']}")
             assert response.status_code == 404, response.text
@@ -93,6 +123,14 @@ def test_a_restore_with_the_hub_stopped_takes_the_bookings_back_and_gives_no_id_
             assert (carol["server"], carol["state"]) == ("", "active")
             assert carol["end"] == carols["end"]
             assert driver.server_model("carol")["ready"]
+            # and dan's pods likewise: the one on the booking that is gone is deleted
+            deadline = time.monotonic() + 60
+            while "on-since" in lab_pods(driver) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert lab_pods(driver) == {"on-kept"}
+            dan = driver.get_booking(dans["id"])
+            assert (dan["server"], dan["state"], dan["end"]) == (
+                f"pod:{LAB}/on-kept", "active", dans["end"])
 
             # bob books again, and gets an id never given before
             again = driver.book("bob", "a100", 1, minutes=30)
@@ -103,5 +141,6 @@ def test_a_restore_with_the_hub_stopped_takes_the_bookings_back_and_gives_no_id_
             assert pod["metadata"]["labels"]["gpubooking.jupyter.org/booking-id"] == str(again["id"])
             for user in ("bob", "carol"):
                 driver.stop_server(user)
+            assert driver.cluster.delete(f"api/v1/namespaces/{LAB}/pods/on-kept").status_code == 200
         finally:
             driver.close()
