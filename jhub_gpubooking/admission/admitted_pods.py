@@ -32,7 +32,7 @@ from ..core.errors import Conflict
 from ..core.model import Booking, BookingState
 from ..core.timegrid import parse_time
 from ..executor import in_executor
-from .claims import delete_pod
+from .claims import PodFacts, delete_pod
 from .review import (
     BOOKING_ID_KEY,
     POD_HOLDER_PREFIX,
@@ -97,8 +97,9 @@ def admitted_pod(pod: Mapping[str, Any], settings: AdmissionSettings) -> Admitte
     label = str((metadata.get("labels") or {}).get(BOOKING_ID_KEY, ""))
     if not label.isdigit() or SERVERNAME_KEY in (metadata.get("annotations") or {}):
         return None
-    phase = (pod.get("status") or {}).get("phase")
-    if metadata.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+    facts = PodFacts(phase=(pod.get("status") or {}).get("phase") or "Pending",
+                     deleting=bool(metadata.get("deletionTimestamp")))
+    if facts.finished:
         return None
     if not wants_gpus(pod, settings):
         return None
