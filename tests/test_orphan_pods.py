@@ -7,17 +7,13 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from kubernetes_asyncio import client
+from cluster_service import service_on_cluster
 from kubernetes_asyncio.client.exceptions import ApiException
 from pod_commands import SLEEPER
-from traitlets.config import Config
 
 from jhub_gpubooking.admission.claims import PodFacts
 from jhub_gpubooking.cluster.orphans import BOOKING_ID_LABEL, LabelledPod, OrphanPods, overdue_pods
-from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.model import Booking
-from jhub_gpubooking.devcluster import DevCluster, gpu_node
-from jhub_gpubooking.service.app import GPUBookingService
 
 NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
 MINUTE = timedelta(minutes=1)
@@ -67,26 +63,11 @@ def labelled_pod(name: str, booking_id: int | str | None) -> dict:
 
 @pytest.fixture
 async def cluster_and_service(tmp_path):
-    async with DevCluster(tmp_path / "cluster", [gpu_node("gpu-a100", count=2)],
-                          namespaces=("default", "jhub"), max_grace_seconds=1) as cluster:
-        service = GPUBookingService(
-            db_url=f"sqlite:///{tmp_path / 'bookings.sqlite'}", upgrade_db=True,
-            pools=[{"name": "a100", "nodes": {"gpu-a100": 2}}],
-            hub_api_url="http://127.0.0.1:9/hub/api", api_token="service-token",
-            clock=ManualClock(NOW),
-            config=Config(
-                Lifecycle={"end_grace_seconds": 30},
-                OrphanPods={"hub_namespace": "jhub", "orphan_pod_seconds": 60},
-                ClusterAccess={
-                    "kubeconfig": str(cluster.write_kubeconfig(tmp_path / "kubeconfig"))},
-            ),
-        )
-        service.setup()
-        try:
-            async with client.ApiClient(cluster.client_configuration()) as api:
-                yield client.CoreV1Api(api), service
-        finally:
-            service.executor.shutdown(wait=True)
+    async with service_on_cluster(tmp_path, NOW, ("default", "jhub"), config={
+            "Lifecycle": {"end_grace_seconds": 30},
+            "OrphanPods": {"hub_namespace": "jhub", "orphan_pod_seconds": 60}},
+    ) as core_and_service:
+        yield core_and_service
 
 
 async def pod_names(core) -> set[str]:

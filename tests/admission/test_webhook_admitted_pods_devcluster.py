@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from admission_fixtures import gpu_pod, running_gpu_pod
-from webhook_cluster import phase, wait_for_phase, webhook_cluster
+from cluster_service import phase, wait_for_phase, webhook_cluster
 
 from jhub_gpubooking.core.timegrid import floor_to_grid
 from jhub_gpubooking.db.backup import backup_database

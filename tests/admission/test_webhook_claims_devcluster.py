@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from admission_fixtures import running_gpu_pod
-from webhook_cluster import phase, wait_for_phase, webhook_cluster
+from cluster_service import phase, wait_for_phase, webhook_cluster
 
 NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
 QUICK = [sys.executable, "-c", "pass"]
