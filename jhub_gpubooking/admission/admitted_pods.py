@@ -14,8 +14,10 @@ side: it lists the GPU pods of the gated namespaces that carry the webhook's boo
 and compares each with its booking (:func:`check_pod` is the rule, :class:`AdmittedPods` the
 I/O). Only pods asking for GPUs count: the webhook replaces the owned labels of every GPU pod
 it admits, so their label is its own, while a pod without GPUs may carry any label and holds
-nothing. Pods of Hub servers (the ``hub.jupyter.org/servername`` annotation) are left to
-``c.HubServers`` and ``c.OrphanPods``, which ask the Hub.
+nothing. Pods of Hub servers (KubeSpawner annotates each with ``hub.jupyter.org/username``;
+the ``servername`` annotation only a named server's) are left to ``c.HubServers`` and
+``c.OrphanPods``, which ask the Hub: claimed here for the pod, a server's booking would look
+held by another holder to them, and the server be stopped.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .review import (
     BOOKING_ID_KEY,
     POD_HOLDER_PREFIX,
     SERVERNAME_KEY,
+    USERNAME_KEY,
     AdmissionSettings,
     holder_pod,
     pod_holder,
@@ -95,7 +98,8 @@ def admitted_pod(pod: Mapping[str, Any], settings: AdmissionSettings) -> Admitte
     reconcile releases those)."""
     metadata = pod.get("metadata") or {}
     label = str((metadata.get("labels") or {}).get(BOOKING_ID_KEY, ""))
-    if not label.isdigit() or SERVERNAME_KEY in (metadata.get("annotations") or {}):
+    annotations = metadata.get("annotations") or {}
+    if not label.isdigit() or USERNAME_KEY in annotations or SERVERNAME_KEY in annotations:
         return None
     facts = PodFacts(phase=(pod.get("status") or {}).get("phase") or "Pending",
                      deleting=bool(metadata.get("deletionTimestamp")))

@@ -53,12 +53,16 @@ def test_a_running_gpu_pod_with_the_label_is_looked_at(settings):
     listed(labels={"gpubooking.jupyter.org/booking-id": "seven"}),
     # a pod without GPUs holds none, and may carry any label: the webhook patches GPU pods only
     listed(resources={"cpu": "1"}),
-    # a Hub server's pod is c.HubServers' and c.OrphanPods'
-    listed(annotations={"hub.jupyter.org/servername": ""}),
+    # a Hub server's pod is c.HubServers' and c.OrphanPods': KubeSpawner annotates each with
+    # its user, and a named server's with its name too
+    listed(annotations={"hub.jupyter.org/username": "alice"}),
+    listed(annotations={"hub.jupyter.org/username": "alice", "hub.jupyter.org/servername": "gpu"}),
+    listed(annotations={"hub.jupyter.org/servername": "gpu"}),
     listed(phase="Succeeded"),
     listed(phase="Failed"),
     listed(deletionTimestamp="2030-05-06T10:04:00Z"),
-], ids=["no label", "not an id", "no GPUs", "hub server", "succeeded", "failed", "deleting"])
+], ids=["no label", "not an id", "no GPUs", "hub default server", "hub named server",
+        "servername only", "succeeded", "failed", "deleting"])
 def test_pods_the_check_leaves_alone(settings, pod):
     assert admitted_pod(pod, settings) is None
 
