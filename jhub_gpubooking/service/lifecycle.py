@@ -101,8 +101,9 @@ class Lifecycle(LoggingConfigurable):
     )
     webhook = Any(
         None,
-        help="The AdmissionWebhook: stops pods holding bookings, reconciles its claims. Set by "
-        "the service after this component (the webhook takes end_grace_seconds from it).",
+        help="The AdmissionWebhook: checks the pods it admitted against their bookings (first in "
+        "the tick), stops pods holding bookings, reconciles its claims. Set by the service "
+        "after this component (the webhook takes end_grace_seconds from it).",
     )
     orphan_pods = Any(
         None,
