@@ -26,6 +26,9 @@ from .core.timegrid import as_utc, format_time
 
 #: Prefix of the labels and annotations this package puts on pods.
 LABEL_PREFIX = "gpubooking.jupyter.org/"
+#: The label and annotation naming the booking a pod runs on (the spawner and the webhook write
+#: it; the webhook also reads the annotation a pod names its booking with).
+BOOKING_ID_KEY = LABEL_PREFIX + "booking-id"
 #: Well-known node label that pins a pod to the booked node (its value is the node name).
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: Resource the NVIDIA device plugin (and HAMi) count GPUs in unless a pool renames it.
@@ -521,10 +524,10 @@ def booking_pod_settings(
         extra_resource_limits=quantities,
         extra_resource_guarantees=dict(quantities),
         node_selector={**pool.node_selector, HOSTNAME_LABEL: booking.placement.node},
-        extra_labels={LABEL_PREFIX + "booking-id": booking_id, LABEL_PREFIX + "pool": pool.name},
+        extra_labels={BOOKING_ID_KEY: booking_id, LABEL_PREFIX + "pool": pool.name},
         extra_annotations={
             **request.annotations,
-            LABEL_PREFIX + "booking-id": booking_id,
+            BOOKING_ID_KEY: booking_id,
             LABEL_PREFIX + "pool": pool.name,
             LABEL_PREFIX + "gpus": gpus,
             LABEL_PREFIX + "end": end,

@@ -12,8 +12,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pod_commands import SLEEPER
 
 from jhub_gpubooking.admission.claims import PodFacts
-from jhub_gpubooking.cluster.orphans import BOOKING_ID_LABEL, LabelledPod, OrphanPods, overdue_pods
+from jhub_gpubooking.cluster.orphans import LabelledPod, OrphanPods, overdue_pods
 from jhub_gpubooking.core.model import Booking
+from jhub_gpubooking.gpu import BOOKING_ID_KEY
 
 NOW = datetime(2030, 5, 6, 10, 5, tzinfo=timezone.utc)
 MINUTE = timedelta(minutes=1)
@@ -54,7 +55,7 @@ def test_the_sweep_is_off_without_a_namespace(monkeypatch):
 
 
 def labelled_pod(name: str, booking_id: int | str | None) -> dict:
-    labels = {} if booking_id is None else {BOOKING_ID_LABEL: str(booking_id)}
+    labels = {} if booking_id is None else {BOOKING_ID_KEY: str(booking_id)}
     return {"metadata": {"name": name, "labels": labels},
             "spec": {"containers": [{"name": "notebook", "image": "jupyter/minimal:1",
                                      "command": SLEEPER,

@@ -34,9 +34,9 @@ from ..core.errors import Conflict
 from ..core.model import Booking, BookingState
 from ..core.timegrid import parse_time
 from ..executor import in_executor
+from ..gpu import BOOKING_ID_KEY
 from .claims import PodFacts, delete_pod
 from .review import (
-    BOOKING_ID_KEY,
     POD_HOLDER_PREFIX,
     SERVERNAME_KEY,
     USERNAME_KEY,

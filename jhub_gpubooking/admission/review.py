@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.model import Booking, BookingState, Pool, format_amount
-from ..gpu import LABEL_PREFIX, BackendFunc, booking_pod_settings, gpu_request
+from ..gpu import BOOKING_ID_KEY, BackendFunc, booking_pod_settings, gpu_request
 from ..inventory import unplaceable_bookings
 from .patch import booking_patch
 from .routes import DeviceRoute, describe_routes, device_routes, route_gap
@@ -25,7 +25,6 @@ from .rules import RuleBroken, coverage_gap, format_resources, pod_gpu_demand
 
 USERNAME_KEY = "hub.jupyter.org/username"
 SERVERNAME_KEY = "hub.jupyter.org/servername"
-BOOKING_ID_KEY = LABEL_PREFIX + "booking-id"
 GROUP_PREFIX = "group:"
 #: Holder names of bookings claimed by the webhook: ``pod:<namespace>/<name>``. The Hub's
 #: server names never contain ":" after this prefix's form, and the lifecycle leaves these

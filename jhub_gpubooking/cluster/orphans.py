@@ -29,12 +29,10 @@ from traitlets.config import LoggingConfigurable
 from ..admission.claims import PodFacts, delete_pod, pod_facts
 from ..core.model import Booking
 from ..executor import in_executor
-from ..gpu import LABEL_PREFIX
+from ..gpu import BOOKING_ID_KEY
 
 log = logging.getLogger(__name__)
 
-#: The label the spawner puts on a booked server's pod (gpu.booking_pod_settings).
-BOOKING_ID_LABEL = LABEL_PREFIX + "booking-id"
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,7 @@ def overdue_pods(pods: Iterable[LabelledPod], bookings: Mapping[int, Booking], n
 
 def labelled_pod(pod: Any) -> LabelledPod | None:
     """A ``kubernetes_asyncio`` V1Pod as the sweep sees it (None: its label is no booking id)."""
-    value = (pod.metadata.labels or {}).get(BOOKING_ID_LABEL, "")
+    value = (pod.metadata.labels or {}).get(BOOKING_ID_KEY, "")
     if not value.isdigit():
         return None
     return LabelledPod(pod.metadata.namespace, pod.metadata.name, int(value), pod_facts(pod))
@@ -126,7 +124,7 @@ class OrphanPods(LoggingConfigurable):
             async with await self._connect() as api_client:
                 api = CoreV1Api(api_client)
                 listed = await api.list_namespaced_pod(self.hub_namespace,
-                                                       label_selector=BOOKING_ID_LABEL)
+                                                       label_selector=BOOKING_ID_KEY)
                 pods = [p for p in map(labelled_pod, listed.items) if p is not None]
                 # a pod whose booking is not in the answer is another service's, or from a
                 # booking database set up anew: left alone (overdue_pods)

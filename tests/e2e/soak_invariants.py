@@ -42,9 +42,8 @@ from jhub_gpubooking.admission.claims import POD_CREATE_WINDOW
 from jhub_gpubooking.admission.review import holder_pod
 from jhub_gpubooking.admission.rules import is_gpu_resource
 from jhub_gpubooking.core.timegrid import parse_time
-from jhub_gpubooking.gpu import LABEL_PREFIX
+from jhub_gpubooking.gpu import BOOKING_ID_KEY
 
-BOOKING_ID_KEY = LABEL_PREFIX + "booking-id"
 HUB_USER_KEY = "hub.jupyter.org/username"
 HUB_SERVER_KEY = "hub.jupyter.org/servername"
 #: The report rounds each bucket to 4 decimals: six buckets may differ by this much in all.
