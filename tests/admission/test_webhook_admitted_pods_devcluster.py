@@ -11,12 +11,12 @@ from datetime import datetime, timedelta, timezone
 
 from admission_fixtures import gpu_pod, running_gpu_pod
 from cluster_service import phase, wait_for_phase, webhook_cluster
+from pod_commands import SLEEPER
 
 from jhub_gpubooking.core.timegrid import floor_to_grid
 from jhub_gpubooking.db.backup import backup_database
 from jhub_gpubooking.db.restore import restore_database
-
-LABEL = "gpubooking.jupyter.org/booking-id"
+from jhub_gpubooking.gpu import BOOKING_ID_KEY
 
 
 async def test_a_restore_leaves_no_admitted_pod_on_a_booking_it_undid(tmp_path):
@@ -35,9 +35,8 @@ async def test_a_restore_leaves_no_admitted_pod_on_a_booking_it_undid(tmp_path):
         await core.create_namespaced_pod("alice-jobs", running_gpu_pod("on-gone"))
         # a pod without GPUs holds nothing, whatever label its creator wrote
         await core.create_namespaced_pod("alice-jobs", gpu_pod(
-            {"cpu": "1"}, name="cpu-labelled", labels={LABEL: str(gone.id)},
-            command=running_gpu_pod("x")["spec"]["containers"][0]["command"],
-            restartPolicy="Never"))
+            {"cpu": "1"}, name="cpu-labelled", labels={BOOKING_ID_KEY: str(gone.id)},
+            command=SLEEPER, restartPolicy="Never"))
         for name in ("claimed-since", "on-gone", "cpu-labelled"):
             await wait_for_phase(core, name, {"Running"})
         assert store.get(kept.id).server == "pod:alice-jobs/claimed-since"
