@@ -6,12 +6,13 @@ cluster running real jupyterhub-singleuser processes), with every invariant of
 Actions: book (a refused user may join the waitlist or book the next free slot, see
 soak_refusals.py; a create may be sent twice with its Idempotency-Key, soak_resends.py),
 withdraw a wait, extend, shorten, end now, cancel, take an offer to start early; an admin's
-maintenance windows (added, their collisions cleared, removed) and backups of the database
-(soak_backup.py); start and stop default and named servers on CPU and GPU profiles; pods made
-outside the Hub in gated namespaces (the service's admission webhook, see soak_pods.py);
-restarts of the booking service and of the Hub in the middle of the walk, and, with the service
-on a private PostgreSQL or MariaDB server, outages of its database (soak_outage.py); pauses, so
-bookings start and end on the one-minute grid of the fast lifecycle clock.
+maintenance windows (added, their collisions cleared, removed), backups of the database
+(soak_backup.py) and a restore of one (soak_restore.py); start and stop default and named
+servers on CPU and GPU profiles; pods made outside the Hub in gated namespaces (the service's
+admission webhook, see soak_pods.py); restarts of the booking service and of the Hub in the
+middle of the walk, and, with the service on a private PostgreSQL or MariaDB server, outages of
+its database (soak_outage.py); pauses, so bookings start and end on the one-minute grid of the
+fast lifecycle clock.
 
 The seed fixes every choice the walk makes from what it sees; the live stack's timing still
 varies from run to run. Run it longer than CI does with::
@@ -51,12 +52,13 @@ from soak_invariants import (  # noqa: E402
     Snapshot,
     SoakFailure,
     WalkFacts,
-    pod_booking_id,
 )
+from soak_json import pod_booking_id  # noqa: E402
 from soak_outage import BACK_WITHIN_SECONDS, DatabaseOutages, StoppableDatabase  # noqa: E402
 from soak_pods import GATED, OutsidePods  # noqa: E402
 from soak_refusals import Refused  # noqa: E402
 from soak_resends import RESEND, RESEND_WINDOW, Resends  # noqa: E402
+from soak_restore import RESTORE_AFTER_STEPS, Restores  # noqa: E402
 from soak_series import Series  # noqa: E402
 
 USERS = ("u0", "u1", "u2", "u3", "u4")
@@ -140,7 +142,7 @@ class Walk:
         self.reader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-snapshot")
         self.outside = OutsidePods(self, AMOUNTS)
         self.outages = None if database is None else DatabaseOutages(self, database)
-        self.backups, self.refused = Backups(self), Refused(self)
+        self.backups, self.refused, self.restores = Backups(self), Refused(self), Restores(self)
         self.resends, self.series = Resends(self, seed), Series(self, seed)
         # what interrupts the walk comes at seeded steps of its middle
         span = range(actions // 5, max(actions * 4 // 5, actions // 5 + 1))
@@ -152,6 +154,12 @@ class Walk:
             for step in self.rng.sample([s for s in span if s not in self.interruptions],
                                         count):
                 self.interruptions[step] = kind
+        # one restore, of a backup taken at least RESTORE_AFTER_STEPS before it
+        first_backup = min(step for step, kind in self.interruptions.items() if kind == "backup")
+        later = [step for step in span if step >= first_backup + RESTORE_AFTER_STEPS
+                 and step not in self.interruptions]
+        if later:
+            self.interruptions[self.rng.choice(later)] = "restore"
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -189,8 +197,12 @@ class Walk:
         return self.rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
 
     def act(self, kind: str) -> str:
-        method = getattr(self, "do_" + kind.replace(" ", "_"))
-        return method()
+        # what the walk's helpers do; the rest is a do_ method of the walk
+        delegated = {"book for pod": self.outside.book, "create pod": self.outside.create,
+                     "delete pod": self.outside.delete, "backup": self.backups.backup,
+                     "restore": self.restores.restore,
+                     "database outage": self.outages and self.outages.outage}
+        return (delegated.get(kind) or getattr(self, "do_" + kind.replace(" ", "_")))()
 
     def check(self, after: str = "the start") -> None:
         before, self.snapshot = self.snapshot, self.take_snapshot()
@@ -489,17 +501,6 @@ class Walk:
         stopping = model.get("pending") == "stop" or not model.get("ready", False)
         return booking is not None and booking["state"] != "active" and stopping
 
-    # -- pods made outside the Hub (soak_pods.OutsidePods) --------------------------------------
-
-    def do_book_for_pod(self) -> str:
-        return self.outside.book()
-
-    def do_create_pod(self) -> str:
-        return self.outside.create()
-
-    def do_delete_pod(self) -> str:
-        return self.outside.delete()
-
     # -- time and restarts -----------------------------------------------------------------------
 
     def do_pause(self) -> str:
@@ -532,12 +533,6 @@ class Walk:
             time.sleep(0.5)
         raise SoakFailure(
             f"the Hub did not start the booking service again within {BACK_WITHIN_SECONDS} s")
-
-    def do_database_outage(self) -> str:
-        return self.outages.outage()
-
-    def do_backup(self) -> str:
-        return self.backups.backup()
 
     def do_restart_hub(self) -> str:
         down = now()

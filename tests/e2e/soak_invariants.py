@@ -26,7 +26,11 @@ The promise under test: the booked share, exactly while booked.
   service, Hub or database outage took aside: the simulated cluster starts a server in seconds;
 - nothing is lost (a restart or a database outage included): every booking and wait once
   listed stays listed as it was made (its user, pool, share and creation), and a booking's
-  state only moves on (upcoming, active, ended; cancelled before its start), never back.
+  state only moves on (upcoming, active, ended; cancelled before its start), never back;
+- a restore of the database (:class:`Restore`) lists the backup's bookings and waits as they
+  were then, gives no booking id twice, and within the slack leaves no server or GPU pod on a
+  booking it took away, moved back before its start or to another node, and stops no server
+  whose booking it gave back still covering it.
 """
 
 from __future__ import annotations
@@ -37,15 +41,24 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 
 from soak_capacity import wait_fits
+from soak_json import (
+    HUB_SERVER_KEY,
+    HUB_USER_KEY,
+    booked_hours,
+    booking_over,
+    not_covered,
+    pod_booking_id,
+    pod_is_live,
+    pod_name,
+    pod_wants_gpus,
+)
 
 from jhub_gpubooking.admission.claims import POD_CREATE_WINDOW
 from jhub_gpubooking.admission.review import holder_pod
-from jhub_gpubooking.admission.rules import is_gpu_resource
 from jhub_gpubooking.core.timegrid import parse_time
-from jhub_gpubooking.gpu import BOOKING_ID_KEY
 
-HUB_USER_KEY = "hub.jupyter.org/username"
-HUB_SERVER_KEY = "hub.jupyter.org/servername"
+#: what a booking or a wait was made as: it never changes
+MADE = ("user", "pool", "gpus", "created")
 #: The report rounds each bucket to 4 decimals: six buckets may differ by this much in all.
 HOURS_TOLERANCE = 0.0005
 BUCKETS = ("used", "idle", "released", "no_show", "scheduled")
@@ -97,6 +110,21 @@ class Extension:
     checked: bool = False
 
 
+@dataclass(frozen=True)
+class Restore:
+    """The walk restored the booking database from a backup, the hub down from ``down`` to
+    ``up``: the backup's bookings and waits as the walk listed them when it was taken,
+    ``undone`` the bookings the restore took away or changed, ``last_id`` the highest booking
+    id given before it."""
+
+    down: datetime
+    up: datetime
+    bookings: dict[int, dict]
+    waits: dict[int, dict]
+    undone: frozenset[int]
+    last_id: int
+
+
 @dataclass
 class WalkFacts:
     """What the walk did that the checker must know: whom it stopped, which extensions to
@@ -110,6 +138,14 @@ class WalkFacts:
     started_early: dict[int, datetime] = field(default_factory=dict)
     #: (window id, booking id): collisions a new window reported that the admin could not clear
     uncleared: set[tuple[int, int]] = field(default_factory=set)
+    restores: list[Restore] = field(default_factory=list)
+
+    def undone_by_restore(self, booking_id: int | None, since: datetime | None = None,
+                          ) -> Restore | None:
+        """The last restore (after ``since``) that took the booking away or changed it."""
+        return next((restore for restore in reversed(self.restores)
+                     if booking_id in restore.undone and (since is None or restore.down >= since)),
+                    None)
 
     def outage_within(self, start: datetime, end: datetime) -> timedelta:
         total = timedelta(0)
@@ -117,62 +153,6 @@ class WalkFacts:
             overlap = min(up or end, end) - max(down, start)
             total += max(overlap, timedelta(0))
         return total
-
-
-def pod_is_live(pod: dict) -> bool:
-    """Pending or running, and not being deleted: a pod that holds (or will hold) its GPUs."""
-    if pod["metadata"].get("deletionTimestamp"):
-        return False
-    return (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")
-
-
-def pod_booking_id(pod: dict) -> int | None:
-    metadata = pod["metadata"]
-    value = (metadata.get("annotations") or {}).get(BOOKING_ID_KEY) or (
-        metadata.get("labels") or {}
-    ).get(BOOKING_ID_KEY)
-    return int(value) if value else None
-
-
-def pod_wants_gpus(pod: dict) -> bool:
-    containers = (pod.get("spec") or {}).get("containers") or []
-    return any(
-        is_gpu_resource(name)
-        for container in containers
-        for kind in ("limits", "requests")
-        for name in ((container.get("resources") or {}).get(kind) or {})
-    )
-
-
-def pod_name(pod: dict) -> str:
-    return f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']}"
-
-
-def booking_over(booking: dict, now: datetime) -> datetime | None:
-    """When the booking stopped covering a server (None: it still does at ``now``)."""
-    if booking["state"] == "cancelled":
-        return parse_time(booking["updated"])
-    end = parse_time(booking["end"])
-    if booking.get("release_reason") == "preempted":
-        # a grant is cut back to where the preempting booking starts, which may have passed
-        # already: its server could not stop before the preemption itself
-        end = max(end, parse_time(booking["updated"]))
-    return end if booking["state"] == "ended" or end <= now else None
-
-
-def booked_hours(booking: dict, start: datetime, end: datetime) -> Fraction:
-    """GPU-hours the booking was booked for within [start, end): from its start to the end it
-    had before any early release (an end-now or a release counts the time given back)."""
-    if booking["state"] == "cancelled":
-        return Fraction(0)
-    booked_end = parse_time(booking["end"])
-    if booking.get("released_end"):
-        booked_end = max(booked_end, parse_time(booking["released_end"]))
-    low, high = max(parse_time(booking["start"]), start), min(booked_end, end)
-    if high <= low:
-        return Fraction(0)
-    seconds = Fraction((high - low) // timedelta(microseconds=1), 10**6)
-    return Fraction(str(booking["gpus"])) * seconds / 3600
 
 
 class InvariantChecker:
@@ -201,6 +181,9 @@ class InvariantChecker:
         self._ready: dict[ServerKey, tuple[int | None, datetime]] = {}
         self._podless_claims: dict[tuple[int, str], datetime] = {}
         self._listed: tuple[dict[int, dict], dict[int, dict]] = ({}, {})
+        self._made: dict[int, dict] = {}  # every booking listed, as it was first made
+        self._restores: list[Restore] = []
+        self._given: set[int] = set()
 
     def check(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
         return [
@@ -240,8 +223,18 @@ class InvariantChecker:
             self.checks["no GPU pod without an active booking"] += 1
             booking_id = pod_booking_id(pod)
             booking = snapshot.bookings.get(booking_id) if booking_id is not None else None
-            if booking is None:
-                violations.append(f"GPU pod {pod_name(pod)} runs without a booking ({booking_id})")
+            wrong = not_covered(pod, booking_id, booking)
+            if wrong is not None:
+                # only a restore makes a pod's booking go, start later or move
+                restore = facts.undone_by_restore(booking_id)
+                if restore is None:
+                    violations.append(f"GPU pod {pod_name(pod)} {wrong}")
+                    continue
+                allowed = self.slack + facts.outage_within(restore.up, snapshot.now)
+                if snapshot.now - restore.up > allowed:
+                    violations.append(f"GPU pod {pod_name(pod)} {wrong} "
+                                      f"{snapshot.now - restore.up} after the restore that undid "
+                                      f"it (allowed {allowed})")
                 continue
             over = booking_over(booking, snapshot.now)
             if over is None:
@@ -272,6 +265,10 @@ class InvariantChecker:
             if booking is not None and booking.get("release_reason") == "preempted":
                 continue  # an opportunistic grant yields at once to the booking that needs it
             user, name = key
+            if facts.undone_by_restore(booking_id, since) and not (
+                    booking is not None and booking["state"] == "active"
+                    and booking["server"] in (None, name)):
+                continue  # a restore took its booking away, or gave it back not covering it
             violations.append(
                 f"server {user}/{name} (booking {booking_id}) stopped while its booking "
                 f"{'was still active' if booking else 'does not exist'} and nobody stopped it"
@@ -512,7 +509,7 @@ class InvariantChecker:
                     violations.append(f"{kind} {item_id} ({was['user']}: {was['gpus']} of "
                                       f"{was['pool']}) is no longer listed")
                     continue
-                made = {key: was.get(key) for key in ("user", "pool", "gpus", "created")}
+                made = {key: was.get(key) for key in MADE}
                 now_made = {key: item.get(key) for key in made}
                 if now_made != made:
                     violations.append(f"{kind} {item_id} was made as {made}, now shows {now_made}")
@@ -521,8 +518,33 @@ class InvariantChecker:
             if STATE_RANK[state] < STATE_RANK[was["state"]] or (
                     STATE_RANK[was["state"]] == 2 and state != was["state"]):
                 violations.append(f"booking {booking_id} went from {was['state']} to {state}")
+        for booking_id, booking in sorted(snapshot.bookings.items()):
+            self.checks["no booking id given twice"] += 1
+            made = {key: booking.get(key) for key in MADE}
+            # one listed last time too was compared above
+            if self._made.setdefault(booking_id, made) != made and booking_id not in bookings:
+                violations.append(f"booking id {booking_id} was given twice: made as "
+                                  f"{self._made[booking_id]}, now {made}")
+            violations += [f"booking {booking_id} is neither the backup's nor made after the "
+                           f"restore (ids up to {restore.last_id} were given before it)"
+                           for restore in self._restores if booking_id <= restore.last_id
+                           and booking_id not in restore.bookings and booking_id not in bookings]
         self._listed = (dict(snapshot.bookings), dict(snapshot.waits))
         return violations
+
+    def restored(self, restore: Restore, given: set[int]) -> None:
+        """The walk restored the database (``given``: every booking id it held before): the
+        next snapshot must list the backup's bookings and waits, as they were then."""
+        self._listed = (dict(restore.bookings), dict(restore.waits))
+        self._ended_waits = {wait_id: (wait["state"], wait["booking_id"])
+                             for wait_id, wait in restore.waits.items()
+                             if wait["state"] != "waiting"}
+        self._restores.append(restore)
+        self._given |= given
+
+    def given_ids(self) -> set[int]:
+        """Every booking id listed, or held by the database before a restore."""
+        return self._given | set(self._made)
 
     def starts_are_decided(self, snapshot: Snapshot, facts: WalkFacts) -> list[str]:
         """No server stays pending "spawn" longer than ``start_slack`` (plus outages): a start

@@ -12,7 +12,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from pod_commands import sleeping
-from soak_invariants import Snapshot, pod_booking_id, pod_name
+from soak_invariants import Snapshot
+from soak_json import pod_booking_id, pod_name
 
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
 from jhub_gpubooking.core.wire import placement_from_json, pool_from_json
@@ -140,4 +141,7 @@ class OutsidePods:
             name = pod_name(pod)
             if (pod["metadata"].get("namespace") in GATED and name not in live
                     and name not in self.deleted and pod_booking_id(pod) is not None):
-                self.walk.result.webhook["deleted by the service at its booking's end"] += 1
+                why = ("after a restore undid its booking"
+                       if self.walk.facts.undone_by_restore(pod_booking_id(pod))
+                       else "at its booking's end")
+                self.walk.result.webhook["deleted by the service " + why] += 1

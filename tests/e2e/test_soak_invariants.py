@@ -9,10 +9,11 @@ from soak_capacity import wait_fits
 from soak_invariants import (
     Extension,
     InvariantChecker,
+    Restore,
     Snapshot,
     WalkFacts,
-    booked_hours,
 )
+from soak_json import booked_hours
 
 from jhub_gpubooking.core.timegrid import format_time
 
@@ -108,6 +109,82 @@ def test_a_gpu_pod_past_its_booking_beyond_the_slack_but_not_within_an_outage():
     # a server still starting when its booking ended gets no more time: the service stops it
     starting = snapshot([ended], [pod("a", 1, "ada")], {("ada", ""): {"pending": "spawn"}})
     assert len(check(starting)) == 1
+
+
+def test_a_gpu_pod_on_a_booking_not_started_or_placed_on_another_node():
+    on_n2 = pod("a", 1)
+    on_n2["spec"]["nodeName"] = "n2"
+    assert check(snapshot([booking(1, 0, 60)], [on_n2])) == [
+        "GPU pod jhub/a runs on n2, its booking 1 is placed on n1"]
+    pinned = pod("a", 2)
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}  # pending, not bound
+    assert check(snapshot([booking(2, 40, 60, state="upcoming")], [pinned])) == [
+        "GPU pod jhub/a runs on booking 2, which has not started"]
+
+
+def restore(undone: set[int], *, up_ago: int = 10, bookings=(), waits=(),
+            last_id: int = 3) -> Restore:
+    up = NOW - timedelta(seconds=up_ago)
+    return Restore(down=up - timedelta(seconds=30), up=up, bookings={b["id"]: b for b in bookings},
+                   waits={w["id"]: w for w in waits}, undone=frozenset(undone), last_id=last_id)
+
+
+def test_a_restore_has_the_slack_to_stop_what_runs_on_what_it_undid():
+    # bob's booking 1 is gone, carol's 2 is back before its start, dan's 3 back on another node
+    running = snapshot(
+        [booking(1, 0, 60, user="bob"), booking(2, 0, 60, user="carol", gpu=1, created=NOW),
+         booking(3, 0, 60, user="dan")],
+        [pod("jupyter-bob", 1, "bob"), pod("jupyter-carol", 2, "carol"), pod("train", 3)],
+        {("bob", ""): {"ready": True}, ("carol", ""): {"ready": True}})
+    running.pods[2]["spec"]["nodeName"] = "n1"
+    running.now = NOW - timedelta(minutes=2)  # the servers ran before the restore
+    moved = {**booking(3, 0, 60, user="dan"), "placement": {"node": "n2", "gpus": [0],
+                                                            "slices": 2}}
+    carols = booking(2, 40, 60, user="carol", gpu=1, state="upcoming", created=NOW)
+    restored = snapshot([carols, moved], running.pods, running.servers)
+    facts = WalkFacts(restores=[restore({1, 2, 3})])
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
+    assert checker.check(running, WalkFacts()) == []
+    checker.restored(restore({1, 2, 3}, bookings=[carols, moved]), given={1, 2, 3})
+    assert checker.check(restored, facts) == []  # within the slack of the hub's return
+    late = WalkFacts(restores=[restore({1, 2, 3}, up_ago=60)])
+    assert [v.split(" after the restore")[0] for v in checker.check(restored, late)] == [
+        "GPU pod jhub/jupyter-bob runs without a booking (1) 0:01:00",
+        "GPU pod jhub/jupyter-carol runs on booking 2, which has not started 0:01:00",
+        "GPU pod jhub/train runs on n1, its booking 3 is placed on n2 0:01:00"]
+    # the servers it stopped: bob's and carol's may go, but not one on a booking given back
+    # that covers it
+    assert checker.check(snapshot([carols, moved]), facts) == []
+    kept_back = [booking(1, 0, 60, user="bob", server=None)]
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
+    checker.check(running, WalkFacts())
+    checker.restored(restore({1, 2, 3}, bookings=kept_back), given={1, 2, 3})
+    assert checker.check(snapshot(kept_back), facts) == [
+        "server bob/ (booking 1) stopped while its booking was still active and nobody "
+        "stopped it"]
+
+
+def test_a_restore_lists_the_backups_bookings_and_gives_no_id_twice():
+    kept = booking(1, 0, 60)
+    changed = booking(2, 40, 60, gpu=1, state="upcoming", created=NOW)
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
+    before = snapshot([kept, {**changed, "state": "cancelled"}, booking(3, 0, 60, gpu=2)])
+    assert checker.check(before, WalkFacts()) == []
+    checker.restored(restore({2, 3}, bookings=[kept, changed]), given={1, 2, 3})
+    # 3 is gone, 2 is upcoming again, 4 is new: all as a restore leaves them
+    assert checker.check(snapshot([kept, changed, booking(4, 0, 60, gpu=3)]), WalkFacts()) == []
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
+    checker.check(before, WalkFacts())
+    checker.restored(restore({2, 3}, bookings=[kept, changed]), given={1, 2, 3})
+    assert checker.check(snapshot([kept, booking(3, 0, 60, gpu=2, user="bob")]),
+                         WalkFacts()) == [
+        "booking 2 (ada: 0.5 of a100) is no longer listed",
+        "booking id 3 was given twice: made as {'user': 'ada', 'pool': 'a100', 'gpus': 0.5, "
+        "'created': '2030-01-07T10:00:00Z'}, now {'user': 'bob', 'pool': 'a100', 'gpus': 0.5, "
+        "'created': '2030-01-07T10:00:00Z'}",
+        "booking 3 is neither the backup's nor made after the restore (ids up to 3 were given "
+        "before it)"]
+    assert checker.given_ids() == {1, 2, 3}
 
 
 def test_a_server_stopped_while_its_booking_runs():

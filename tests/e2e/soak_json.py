@@ -1,0 +1,89 @@
+"""What the lifecycle soak's invariants (soak_invariants.py) read off the JSON of one snapshot:
+the simulated cluster's pods and the booking service's bookings."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from fractions import Fraction
+
+from jhub_gpubooking.admission.rules import is_gpu_resource
+from jhub_gpubooking.core.timegrid import parse_time
+from jhub_gpubooking.gpu import BOOKING_ID_KEY
+
+HUB_USER_KEY = "hub.jupyter.org/username"
+HUB_SERVER_KEY = "hub.jupyter.org/servername"
+HOSTNAME_KEY = "kubernetes.io/hostname"
+
+
+def pod_is_live(pod: dict) -> bool:
+    """Pending or running, and not being deleted: a pod that holds (or will hold) its GPUs."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")
+
+
+def pod_booking_id(pod: dict) -> int | None:
+    metadata = pod["metadata"]
+    value = (metadata.get("annotations") or {}).get(BOOKING_ID_KEY) or (
+        metadata.get("labels") or {}
+    ).get(BOOKING_ID_KEY)
+    return int(value) if value else None
+
+
+def pod_node(pod: dict) -> str | None:
+    """The node the pod runs on, or is pinned to while pending."""
+    spec = pod.get("spec") or {}
+    return spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_KEY)
+
+
+def not_covered(pod: dict, booking_id: int | None, booking: dict | None) -> str | None:
+    """Why ``booking`` cannot be what the GPU pod runs on, whatever the time (None: it can)."""
+    if booking is None:
+        return f"runs without a booking ({booking_id})"
+    if booking["state"] == "upcoming":
+        return f"runs on booking {booking_id}, which has not started"
+    placement, node = booking.get("placement"), pod_node(pod)
+    if placement and node and node != placement["node"]:
+        return f"runs on {node}, its booking {booking_id} is placed on {placement['node']}"
+    return None
+
+
+def pod_wants_gpus(pod: dict) -> bool:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return any(
+        is_gpu_resource(name)
+        for container in containers
+        for kind in ("limits", "requests")
+        for name in ((container.get("resources") or {}).get(kind) or {})
+    )
+
+
+def pod_name(pod: dict) -> str:
+    return f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']}"
+
+
+def booking_over(booking: dict, now: datetime) -> datetime | None:
+    """When the booking stopped covering a server (None: it still does at ``now``)."""
+    if booking["state"] == "cancelled":
+        return parse_time(booking["updated"])
+    end = parse_time(booking["end"])
+    if booking.get("release_reason") == "preempted":
+        # a grant is cut back to where the preempting booking starts, which may have passed
+        # already: its server could not stop before the preemption itself
+        end = max(end, parse_time(booking["updated"]))
+    return end if booking["state"] == "ended" or end <= now else None
+
+
+def booked_hours(booking: dict, start: datetime, end: datetime) -> Fraction:
+    """GPU-hours the booking was booked for within [start, end): from its start to the end it
+    had before any early release (an end-now or a release counts the time given back)."""
+    if booking["state"] == "cancelled":
+        return Fraction(0)
+    booked_end = parse_time(booking["end"])
+    if booking.get("released_end"):
+        booked_end = max(booked_end, parse_time(booking["released_end"]))
+    low, high = max(parse_time(booking["start"]), start), min(booked_end, end)
+    if high <= low:
+        return Fraction(0)
+    seconds = Fraction((high - low) // timedelta(microseconds=1), 10**6)
+    return Fraction(str(booking["gpus"])) * seconds / 3600
