@@ -7,7 +7,9 @@ booking made since the backup runs on a booking that is gone, and one admitted o
 made before it runs on a booking that is back unclaimed: the database counts that pod's GPUs
 as free, so the next booking gets them while the pod still holds them (until its
 ``activeDeadlineSeconds``, the booking's end as it was at admission), and the unclaimed
-booking is released as a no-show under the running pod.
+booking is released as a no-show under the running pod. A booking that moved and started since
+the backup is back unclaimed where it was placed before: the pod holds GPUs of another node,
+and is deleted rather than claimed.
 
 So every lifecycle tick, before the no-show rule, the service also looks from the cluster's
 side: it lists the GPU pods of the gated namespaces that carry the webhook's booking-id label
@@ -34,7 +36,7 @@ from ..core.errors import Conflict
 from ..core.model import Booking, BookingState
 from ..core.timegrid import parse_time
 from ..executor import in_executor
-from ..gpu import BOOKING_ID_KEY
+from ..gpu import BOOKING_ID_KEY, HOSTNAME_LABEL
 from .claims import PodFacts, delete_pod
 from .review import (
     POD_HOLDER_PREFIX,
@@ -60,6 +62,7 @@ class PodFinding(str, enum.Enum):
     OTHER_BOOKING = "other_booking"  # the id is a booking made after the pod: delete
     NOT_ACTIVE = "not_active"  # cancelled, not started, or ended past the grace: delete
     UNCLAIMED = "unclaimed"  # active and nobody holds it: record the pod's claim again
+    OTHER_NODE = "other_node"  # active, nobody holds it, placed on another node: delete
 
     @property
     def deletes(self) -> bool:
@@ -75,6 +78,10 @@ class PodFinding(str, enum.Enum):
                     "another booking of that id (in a database set up anew)")
         if self is PodFinding.UNCLAIMED:
             return f"booking {booking.id} had no claim (given back by a restore?)"
+        if self is PodFinding.OTHER_NODE:
+            return (f"booking {booking.id} is placed on "
+                    f"{booking.placement and booking.placement.node}, the pod runs on {pod.node} "
+                    "(a restore gave back its placement from before it moved)")
         return f"booking {booking.id} is {booking.state(now).value}"
 
 
@@ -86,6 +93,7 @@ class AdmittedPod:
     name: str
     booking_id: int
     created: datetime | None = None  # the API server's creationTimestamp
+    node: str | None = None  # the node it runs on, or the webhook pinned it to
 
     @property
     def holder(self) -> str:
@@ -108,8 +116,10 @@ def admitted_pod(pod: Mapping[str, Any], settings: AdmissionSettings) -> Admitte
     if not wants_gpus(pod, settings):
         return None
     created = metadata.get("creationTimestamp")
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
     return AdmittedPod(metadata.get("namespace", ""), metadata.get("name", ""), int(label),
-                       parse_time(created) if created else None)
+                       parse_time(created) if created else None, node)
 
 
 def check_pod(pod: AdmittedPod, booking: Booking | None, now: datetime,
@@ -128,7 +138,12 @@ def check_pod(pod: AdmittedPod, booking: Booking | None, now: datetime,
         return PodFinding.OTHER_BOOKING
     state = booking.state(now)
     if state is BookingState.ACTIVE:
-        return PodFinding.UNCLAIMED if booking.server is None else None
+        if booking.server is not None:
+            return None
+        if pod.node is not None and booking.placement is not None \
+                and booking.placement.node != pod.node:
+            return PodFinding.OTHER_NODE
+        return PodFinding.UNCLAIMED
     if state is BookingState.ENDED and now < booking.end + grace:
         return None
     return PodFinding.NOT_ACTIVE

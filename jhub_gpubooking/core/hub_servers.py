@@ -3,8 +3,9 @@ record again. Pure: :func:`compare` looks at the Hub's running servers and the b
 name; :mod:`jhub_gpubooking.service.hub_servers` asks the Hub and acts.
 
 The database and the Hub disagree after a restore of the booking database (a booking made since
-the backup is gone, one claimed since is back unclaimed), after a booking database set up anew,
-or when a claim was lost. A server running on a booking the database does not count holds GPUs
+the backup is gone, one claimed since is back unclaimed, one that moved and started since is
+back where it was placed before), after a booking database set up anew, or when a claim was
+lost. A server running on a booking the database does not count holds GPUs
 the database gives to the next booking; a running server whose booking is unclaimed is never
 stopped at its end, and its booking is released as a no-show under it.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .lifecycle import SERVER_STATE_BOOKING_KEY, ServerUse, server_use
+from .lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_NODE_KEY, ServerUse, server_use
 from .model import Booking, BookingState
 
 
@@ -30,6 +31,7 @@ class Finding(str, enum.Enum):
     OTHER_USER = "other_user"  # the id is another user's booking: stop
     NOT_ACTIVE = "not_active"  # cancelled, ended (past the grace) or not started: stop
     HELD_ELSEWHERE = "held_elsewhere"  # another server (or pod) uses it: stop this one
+    OTHER_NODE = "other_node"  # placed on another node than the server's pod: stop
 
     @property
     def stops(self) -> bool:
@@ -49,6 +51,9 @@ class Finding(str, enum.Enum):
             Finding.OTHER_USER: f"booking {booking.id} is {booking.user}'s",
             Finding.NOT_ACTIVE: f"booking {booking.id} is {booking.state(now).value}",
             Finding.HELD_ELSEWHERE: f"booking {booking.id} is used by {booking.server!r}",
+            Finding.OTHER_NODE: (f"booking {booking.id} is placed on "
+                                 f"{booking.placement and booking.placement.node}, the server "
+                                 f"runs on {server.node}"),
         }[self]
 
 
@@ -59,6 +64,7 @@ class RunningServer:
     user: str
     server: str  # "" for the default server
     booking_id: int
+    node: str | None = None  # where its pod is pinned (None: started before 0.2.0)
 
 
 def running_servers(servers_by_user: Mapping[str, Mapping[str, Any]]) -> list[RunningServer]:
@@ -71,7 +77,9 @@ def running_servers(servers_by_user: Mapping[str, Mapping[str, Any]]) -> list[Ru
             booking_id = state.get(SERVER_STATE_BOOKING_KEY) if isinstance(state, Mapping) else None
             ready = model.get("ready", True) and not model.get("pending")
             if ready and isinstance(booking_id, int) and not isinstance(booking_id, bool):
-                found.append(RunningServer(user, name, booking_id))
+                node = state.get(SERVER_STATE_NODE_KEY)
+                found.append(RunningServer(user, name, booking_id,
+                                           node if isinstance(node, str) else None))
     return found
 
 
@@ -119,6 +127,11 @@ def _finding(server: RunningServer, booking: Booking | None, servers: Mapping[st
     ended_in_grace = state is BookingState.ENDED and now < booking.end + end_grace
     if state is not BookingState.ACTIVE:
         return None if ended_in_grace else Finding.NOT_ACTIVE
+    if server.node is not None and booking.placement is not None \
+            and booking.placement.node != server.node:
+        # a restore gave back the placement from before the booking moved and started: the
+        # database counts the server's GPUs as free
+        return Finding.OTHER_NODE
     if booking.server is None:
         return Finding.UNCLAIMED
     if pod_holder(booking.server):

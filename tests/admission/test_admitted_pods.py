@@ -46,6 +46,13 @@ def test_a_running_gpu_pod_with_the_label_is_looked_at(settings):
         "alice-jobs", "train", 7, NOW.replace(minute=1))
     assert admitted_pod(listed(), settings).holder == "pod:alice-jobs/train"
     assert admitted_pod(listed(phase="Pending"), settings) is not None
+    # its node: the one it runs on, else the one it is pinned to while pending
+    bound = listed()
+    bound["spec"].update(nodeName="gpu-2", nodeSelector={"kubernetes.io/hostname": "gpu-3"})
+    assert admitted_pod(bound, settings).node == "gpu-2"
+    pinned = listed(phase="Pending")
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-3"}
+    assert admitted_pod(pinned, settings).node == "gpu-3"
 
 
 @pytest.mark.parametrize("pod", [
@@ -90,13 +97,20 @@ MADE = NOW - timedelta(minutes=10)
     (replace(booking(), created=POD.created + timedelta(minutes=2)), NOW,
      PodFinding.OTHER_BOOKING),
     (replace(booking(server=HOLDER), created=POD.created + timedelta(minutes=2)), NOW, None),
+    # placed where the pod runs, or elsewhere (a restore gave back where it was before it moved)
+    (booking(node="gpu-1"), NOW, PodFinding.UNCLAIMED),
+    (booking(node="gpu-2"), NOW, PodFinding.OTHER_NODE),
+    (booking(node="gpu-2", server=HOLDER), NOW, None),
 ], ids=["gone", "held by it", "held by it, ended", "unclaimed", "held by another pod",
         "held by a hub server", "ended within the grace", "ended", "cancelled", "upcoming",
-        "made just before", "made after the pod", "made after but held by it"])
+        "made just before", "made after the pod", "made after but held by it",
+        "on its node", "on another node", "on another node, held by it"])
 def test_what_is_done_about_a_pods_booking(the_booking, at, expected):
     if the_booking is not None and the_booking.created is None:
         the_booking = replace(the_booking, created=MADE)
-    assert check_pod(POD, the_booking, at, GRACE) == expected
+    assert check_pod(replace(POD, node="gpu-1"), the_booking, at, GRACE) == expected
+    if expected is not PodFinding.OTHER_NODE:  # a pod whose node is not known yet
+        assert check_pod(POD, the_booking, at, GRACE) == expected
 
 
 def test_the_log_says_why():
@@ -108,7 +122,10 @@ def test_the_log_says_why():
         "booking 7 had no claim (given back by a restore?)")
     assert PodFinding.NOT_ACTIVE.describe(POD, replace(unclaimed, status="cancelled"), NOW) == (
         "booking 7 is cancelled")
-    assert [finding.deletes for finding in PodFinding] == [True, True, True, False]
+    assert PodFinding.OTHER_NODE.describe(replace(POD, node="gpu-2"), unclaimed, NOW) == (
+        "booking 7 is placed on gpu-1, the pod runs on gpu-2 (a restore gave back its "
+        "placement from before it moved)")
+    assert [finding.deletes for finding in PodFinding] == [True, True, True, False, True]
 
 
 class FakeCluster:

@@ -318,9 +318,12 @@ async def test_state_survives_a_hub_restart(make_spawner, booking_service, make_
     await spawner.load_user_options()
     reloaded = restarted(spawner)
     assert reloaded is not spawner
+    # the booking, and the node the pod is pinned to (c.HubServers compares it with the
+    # booking's placement after a restore of the booking database)
     assert reloaded.get_state()["gpu_booking_id"] == 71
+    assert reloaded.get_state()["gpu_booking_node"] == "gpu-node-1"
     reloaded.clear_state()
-    assert "gpu_booking_id" not in reloaded.get_state()
+    assert not {"gpu_booking_id", "gpu_booking_node"} & reloaded.get_state().keys()
 
 
 async def test_refusal_reaches_the_progress_stream(make_spawner, booking_service):
