@@ -1,6 +1,7 @@
 """The proof of issue 13: a seeded random walk of >= 500 user and admin actions on the demo
 (real Hub, proxy, service, spawner, simulated cluster running real single-user servers), with
-the booking invariants checked after every step (see soak.py and soak_invariants.py).
+the booking invariants checked after every step (see soak.py and soak_invariants.py), a
+restore of the booking database from one of the walk's backups included (soak_restore.py).
 
 CI runs one seed on SQLite, and a shorter walk with the service on PostgreSQL and on MariaDB,
 the databases of production (other isolation, other locks), each a private server that the
@@ -33,13 +34,13 @@ def assert_walked(result: SoakResult, actions: int) -> None:
     assert result.steps == actions
     # the walk really exercised the rules it checks, restarts included
     assert result.actions["restart hub"] >= 1 and result.actions["restart service"] >= 1
-    assert result.actions["backup"] >= 1
+    assert result.actions["backup"] >= 1 and result.actions["restore"] == 1
     assert all(result.checks[name] > 0 for name in (
         "one pod per booking", "no GPU pod without an active booking",
         "servers stop only when their booking ends", "no instant overbooked",
         "pod claims end with their pod", "accounting identity",
-        "maintenance windows stay free", "nothing is lost", SCHEDULED_CHECK, RESENT_CHECK,
-        SERIES_CHECK))
+        "maintenance windows stay free", "nothing is lost", "no booking id given twice",
+        SCHEDULED_CHECK, RESENT_CHECK, SERIES_CHECK))
     # pods made outside the Hub were admitted on their owner's booking, not only refused
     assert result.webhook["admitted"] > 0
 
