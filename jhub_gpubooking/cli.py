@@ -171,12 +171,48 @@ def cmd_db_restore(args: argparse.Namespace) -> int:
               "its check of them, with list on pods in their namespace):")
         print(format_table(("BOOKING", "USER", "SERVER OR POD"), [
             (line.id, line.user, line.server or "(default)") for line in running]))
+    _print_undone(report.undone)
     users = report.users_to_tell()
     if users:
         print(f"\nTell {len(users)} user(s): {', '.join(users)}.")
     else:
-        print("\nNo booking was made or changed since the backup.")
+        print("\nNo booking, wait or calendar link was made or changed since the backup.")
     return 0
+
+
+def _print_undone(undone) -> None:
+    """What the restore undid besides bookings (:mod:`.db.undone`)."""
+    wait_columns = ("ID", "USER", "POOL", "GPUS", "FROM", "LATEST START", "MINUTES", "STATE")
+
+    def wait_row(line):
+        return (line.id, line.user, line.pool, line.gpus, format_time(line.start),
+                format_time(line.latest_start), line.minutes, line.state)
+
+    if undone.waits_gone:
+        print(f"\nWaits made since the backup, gone now: their users wait for nothing "
+              f"({len(undone.waits_gone)}):")
+        print(format_table(wait_columns, [wait_row(line) for line in undone.waits_gone]))
+    if undone.waits_back:
+        print(f"\nWaits changed since the backup, as they were then: a wait waiting again is "
+              f"served again ({len(undone.waits_back)}):")
+        print(format_table((*wait_columns, "BEFORE THE RESTORE"), [
+            (*wait_row(restored), replaced.state) for restored, replaced in undone.waits_back]))
+    window_columns = ("ID", "POOL", "NODE", "START", "END", "REASON")
+    for windows, heading in (
+            (undone.windows_gone, "Maintenance windows added since the backup, gone now: "
+                                  "add them again if the work is still planned"),
+            (undone.windows_back, "Maintenance windows removed since the backup, back now: "
+                                  "remove them again if the work is off")):
+        if windows:
+            print(f"\n{heading} ({len(windows)}):")
+            print(format_table(window_columns, [
+                (line.id, line.pool, line.node or "(every node)", format_time(line.start),
+                 format_time(line.end), line.reason) for line in windows]))
+    if undone.calendar_links:
+        print(f"\nCalendar links made or reset since the backup are as they were then (none, "
+              f"or the older link): a calendar subscribed to the newer one shows nothing until "
+              f"its user creates a link again under Calendar feed on the booking page "
+              f"({len(undone.calendar_links)}): {', '.join(undone.calendar_links)}.")
 
 
 def _what_changed(change) -> str:

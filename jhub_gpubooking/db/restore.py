@@ -27,8 +27,8 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import tempfile
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
@@ -46,6 +46,7 @@ from .session import (
     upgrade,
     write_transaction,
 )
+from .undone import Undone, undone_since_backup
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class RestoreReport:
     taken_away: list[BookingLine]  # bookings made since the backup: gone now
     taken_back: list[BookingChange]  # bookings changed since the backup: as they were then
     checksum: str
+    undone: Undone = field(default_factory=Undone)  # waits, maintenance windows, calendar links
 
     def servers_on_undone_bookings(self) -> list[BookingLine]:
         """The bookings a Hub server or an admitted pod was using when the restore ran that the
@@ -92,7 +94,8 @@ class RestoreReport:
 
     def users_to_tell(self) -> list[str]:
         return sorted({line.user for line in self.taken_away}
-                      | {change.restored.user for change in self.taken_back})
+                      | {change.restored.user for change in self.taken_back}
+                      | self.undone.users_to_tell())
 
 
 def restore_database(backup: str | Path, url: str, replaced: str | Path) -> RestoreReport:
@@ -114,6 +117,9 @@ def restore_database(backup: str | Path, url: str, replaced: str | Path) -> Rest
                 try:
                     taken_away, taken_back = _differences(f"sqlite:///{kept.path}",
                                                           f"sqlite:///{work_copy}")
+                    undone = undone_since_backup(f"sqlite:///{kept.path}",
+                                                 f"sqlite:///{work_copy}",
+                                                 datetime.now(timezone.utc))
                     _refuse_changes_since(into, kept, display_url(url))
                     counts, restored = _replace_rows(f"sqlite:///{work_copy}", into,
                                                      display_url(url), kept.counts)
@@ -124,7 +130,7 @@ def restore_database(backup: str | Path, url: str, replaced: str | Path) -> Rest
         finally:
             target.dispose()
     return RestoreReport(revision, kept.path, kept.counts, counts, taken_away, taken_back,
-                         restored)
+                         restored, undone)
 
 
 def _hold_off_writers(into: Connection) -> None:

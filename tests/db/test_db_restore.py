@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from jhub_gpubooking.db.copy import CopyRefused
 from jhub_gpubooking.db.feed_tokens import new_feed_token
 from jhub_gpubooking.db.restore import restore_database
 from jhub_gpubooking.db.session import StaleSchema, make_engine, make_session_factory, upgrade
+from jhub_gpubooking.db.waitlist import WaitStore
 
 
 def book(store, user: str, hours_ahead: int):
@@ -96,6 +97,51 @@ def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
     assert book(store, "eve", 10).id > after.id
 
 
+def test_a_restore_names_the_waits_windows_and_calendar_links_it_undid(
+    migrated_url, store, tmp_path, capsys
+):
+    waitlist = WaitStore(store)
+    start = NOW.replace(minute=0) + timedelta(hours=2)
+    hour = timedelta(hours=1)
+    withdrawn = waitlist.join("ada", "a100", 1, start, start + hour)
+    old_window, _ = store.add_maintenance("a100", start, start + hour, "node-a", reason="old fan")
+    # over by now (the restore's clock is the real one)
+    over = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=2)
+    past_window, _ = store.add_maintenance("a100", over, over + hour, "node-a")
+    new_feed_token(store, "bob")
+    backup = backup_database(migrated_url, tmp_path / "backup.sqlite").path
+    # since the backup: ada withdraws her wait, carol joins, the old window is removed (and
+    # the past one), a new one is added, bob resets his calendar link and dan makes one
+    waitlist.withdraw(withdrawn.id)
+    joined = waitlist.join("carol", "t4", "1/2", start, start + hour, window_end=start + 3 * hour)
+    store.delete_maintenance(old_window.id)
+    store.delete_maintenance(past_window.id)
+    new_window, _ = store.add_maintenance("a100", start, start + hour, None, reason="power")
+    new_feed_token(store, "bob", reset=True)
+    new_feed_token(store, "dan")
+
+    assert main(["db", "restore", str(backup), "--db-url", migrated_url]) == 0
+    out = capsys.readouterr().out
+    gone = lines_after(out, "Waits made since the backup, gone now: their users wait for "
+                            "nothing (1):")
+    assert [row[:4] + row[-2:] for row in gone] == [
+        [str(joined.id), "carol", "t4", "0.5", "60", "waiting"]]
+    back = lines_after(out, "Waits changed since the backup, as they were then: a wait "
+                            "waiting again is served again (1):")
+    assert [row[:3] + row[-2:] for row in back] == [
+        [str(withdrawn.id), "ada", "a100", "waiting", "withdrawn"]]
+    added = lines_after(out, "Maintenance windows added since the backup, gone now: add them "
+                             "again if the work is still planned (1):")
+    assert [row[:3] + row[-1:] for row in added] == [
+        [str(new_window.id), "a100", "(every", "power"]]
+    removed = lines_after(out, "Maintenance windows removed since the backup, back now: remove "
+                               "them again if the work is off (1):")  # not the past one
+    assert [row[:3] + row[-2:] for row in removed] == [
+        [str(old_window.id), "a100", "node-a", "old", "fan"]]
+    assert "under Calendar feed on the booking page (2): bob, dan." in out
+    assert "Tell 4 user(s): ada, bob, carol, dan." in out
+
+
 def test_a_backup_of_an_older_release_is_migrated_in_a_copy(migrated_url, tmp_path, capsys):
     backup = tmp_path / "old.sqlite"
     old_url = f"sqlite:///{backup}"
@@ -106,7 +152,9 @@ def test_a_backup_of_an_older_release_is_migrated_in_a_copy(migrated_url, tmp_pa
                  "--replaced", str(tmp_path / "replaced.sqlite")]) == 0
     out = capsys.readouterr().out
     assert f"(written at schema revision {REVISION_IDS[2]})" in out
-    assert "No booking was made or changed since the backup." in out
+    # the fresh database has nothing the backup lacks; the backup's calendar link is back
+    assert "Bookings made since" not in out and "Waits made since" not in out
+    assert out.endswith("on the booking page (1): zoë.\n\nTell 1 user(s): zoë.\n")
     assert sha256(backup) == old_bytes
     upgrade(old_url)  # what the restore did in its copy
     assert rows_of(migrated_url) == rows_of(old_url)
