@@ -2,7 +2,8 @@
 with what the page shows checked against the API after every step.
 
 The student (ada, :class:`StudentWalk`) books through the form (now or tomorrow, in a few
-overlapping slots, so refusals come) or by choosing a stretch of the timeline, takes the
+overlapping slots, so refusals come; now and then a daily series, and cancels a series) or by
+choosing a stretch of the timeline, takes the
 offered next free interval or joins the waitlist, extends, picks a new end, ends or cancels,
 starts a booking now when the page offers it, withdraws a wait, ticks "Show ended and
 cancelled bookings" and reloads; meanwhile another user (bob) books and cancels through the
@@ -14,7 +15,8 @@ API, behind the page's back. After each step, within a few of the page's own ref
   exactly the API's;
 - the page shows no load error and threw no script error;
 - what the page said of the step agrees with the API: a success changed the booking, a
-  refusal left it as it was.
+  refusal left it as it was; a series is booked whole (every occurrence, one series, a day
+  apart at the same local time) or not at all.
 
 The admin's walk is in page_walk_admin.py. ``PAGE_WALK_SEED`` and ``PAGE_WALK_ACTIONS`` pick
 the walk; a failure names the seed, the step and every step before it.
@@ -247,12 +249,55 @@ class StudentWalk(PageWalk):
 
     def submit_booking(self) -> str:
         """Book what the form holds, with a note of its own; the page's answer agrees with the API."""
+        note, answer = self.submit_with_note()
+        made = [b for b in self.bookings().values() if b["note"] == note]
+        return self.agree(answer, len(made) == 1, f"booking {note}", made)
+
+    def submit_with_note(self) -> tuple[str, tuple[str, str]]:
         self.notes += 1
         note = f"walk {self.seed}.{self.notes}"
         self.page.fill("#gb-note", note)
-        answer = self.press(self.page.locator("#gb-book-button"), "gb-form-feedback")
-        made = [b for b in self.bookings().values() if b["note"] == note]
-        return self.agree(answer, len(made) == 1, f"booking {note}", made)
+        return note, self.press(self.page.locator("#gb-book-button"), "gb-form-feedback")
+
+    def book_series(self) -> str:
+        """A daily series through the form's Repeat choice: booked whole, or not at all."""
+        pool = self.random.choice(list(AMOUNTS))
+        amount = self.random.choice(AMOUNTS[pool])
+        start = self.day + timedelta(hours=self.random.randrange(6))
+        end = start + timedelta(hours=self.random.choice([1, 2]))
+        count = self.random.choice([2, 3])
+        fill_booking_form(self.page, pool, amount, start, end)
+        self.page.select_option("#gb-repeat", "daily")
+        self.page.fill("#gb-repeat-count", str(count))
+        note, answer = self.submit_with_note()
+        self.page.select_option("#gb-repeat", "")  # the student's next booking is a single one
+        made = sorted((b for b in self.bookings().values() if b["note"] == note),
+                      key=lambda b: b["start"])
+        zone = ZoneInfo(BROWSER_ZONE)
+        local = [datetime.fromisoformat(b["start"].replace("Z", "+00:00")).astimezone(zone)
+                 for b in made]
+        whole = (len(made) == count and len({b["series_id"] for b in made}) == 1
+                 and made[0]["series_id"] is not None
+                 and local == [start + timedelta(days=n) for n in range(count)])
+        if made and not whole:
+            self.fail(f"series {note} ({count} from {start}) was booked as {made}")
+        said = self.agree(answer, bool(made), f"series {note}", made)
+        return f"{count} x {amount} of {pool} daily from {start:%H:%M}: {said}"
+
+    def cancel_series(self) -> str:
+        shown = {row[0] for row in self.page.evaluate(self.STATE)["rows"]}
+        series = sorted({b["series_id"] for b in self.bookings().values()
+                         if b["series_id"] is not None and b["state"] == "upcoming" and b["id"] in shown})
+        if not series:
+            return "no series to cancel"
+        series_id = self.random.choice(series)
+        # every occurrence's row has the button; the page asks to confirm (accepted)
+        button = self.page.get_by_role("button", name=f"Cancel series {series_id}", exact=True).first
+        answer = self.press(button, "gb-mine-feedback")
+        left = [b["id"] for b in self.bookings().values()
+                if b["series_id"] == series_id and b["state"] in ACTIVE]
+        return f"series {series_id}: " + self.agree(answer, not left, f"cancelling series {series_id}",
+                                                    f"occurrences left {left}")
 
     def start_now(self) -> str:
         offers = self.page.locator('#gb-notices [data-kind="start_early"] button')
@@ -356,6 +401,8 @@ class StudentWalk(PageWalk):
     ACTIONS: dict[str, Callable[[PageWalk], str]] = {
         "book": book,
         "book a stretch of the timeline": book_a_stretch,
+        "book a daily series": book_series,
+        "cancel a series": cancel_series,
         "start a booking now": start_now,
         "take the next free interval": take_next_free,
         "join the waitlist": join_waitlist,
