@@ -29,6 +29,8 @@ LABEL_PREFIX = "gpubooking.jupyter.org/"
 #: The label and annotation naming the booking a pod runs on (the spawner and the webhook write
 #: it; the webhook also reads the annotation a pod names its booking with).
 BOOKING_ID_KEY = LABEL_PREFIX + "booking-id"
+#: Annotation with the GPU indices on its node that the pod was made for (the placement's).
+GPU_INDICES_KEY = LABEL_PREFIX + "gpu-indices"
 #: Well-known node label that pins a pod to the booked node (its value is the node name).
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: Resource the NVIDIA device plugin (and HAMi) count GPUs in unless a pool renames it.
@@ -531,6 +533,7 @@ def booking_pod_settings(
             LABEL_PREFIX + "pool": pool.name,
             LABEL_PREFIX + "gpus": gpus,
             LABEL_PREFIX + "end": end,
+            GPU_INDICES_KEY: ",".join(str(gpu) for gpu in booking.placement.gpus),
         },
         environment={
             **request.env,
@@ -542,3 +545,17 @@ def booking_pod_settings(
         extra_pod_config=pod_config,
         priority_class_name=priority_class_name,
     )
+
+
+def pod_placement(pod: Mapping[str, Any]) -> tuple[str | None, tuple[int, ...] | None]:
+    """The node and GPU indices a pod (the API's JSON) was made for: the node it runs on, else
+    the one it is pinned to, and the indices :func:`booking_pod_settings` annotates (None for
+    what the pod does not say, as for one made before 0.2.0)."""
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
+    written = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_INDICES_KEY)
+    try:
+        gpus = tuple(int(index) for index in written.split(",")) if written else None
+    except ValueError:
+        gpus = None
+    return node, gpus

@@ -34,7 +34,7 @@ from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
 )
 from .client import BookingClient, BookingRefused, BookingServiceUnavailable
 from .core.clock import SystemClock
-from .core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_NODE_KEY
+from .core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY
 from .core.model import Booking, Pool, format_amount
 from .core.wire import booking_from_json, pool_from_json
 from .gpu import PodSettings, booking_pod_settings
@@ -71,7 +71,8 @@ class GPUBookingSpawner(KubeSpawner):
 
     #: Booking claimed for this server (persisted in the Hub's state), to release at stop.
     _claimed_booking_id: int | None = None
-    _booked_node: str | None = None
+    #: The placement the pod is made for: {"node", "gpus"} (persisted beside it).
+    _booked_placement: dict[str, Any] | None = None
     # the booking-decided traits as configured, before any profile or booking (see _reset_...)
     _configured_traits: dict[str, Any] | None = None
     #: The refusal of the current start, repeated in the progress stream.
@@ -375,7 +376,8 @@ class GPUBookingSpawner(KubeSpawner):
         self._claimed_booking_id = booking.id
         # where the pod is pinned: a restore of the booking database can give the booking
         # back placed elsewhere (c.HubServers compares the two)
-        self._booked_node = booking.placement.node if booking.placement else None
+        self._booked_placement = None if booking.placement is None else {
+            "node": booking.placement.node, "gpus": list(booking.placement.gpus)}
         return pool, booking
 
     def _claim_refusal(self, pool_name: str, refused: BookingRefused) -> web.HTTPError:
@@ -528,7 +530,7 @@ class GPUBookingSpawner(KubeSpawner):
     async def _release_claim(self) -> None:
         """Give the claimed booking back (best effort: the service also expires stale claims)."""
         booking_id, self._claimed_booking_id = self._claimed_booking_id, None
-        self._booked_node = None
+        self._booked_placement = None
         if booking_id is None:
             return
         try:
@@ -561,21 +563,21 @@ class GPUBookingSpawner(KubeSpawner):
         state = super().get_state()
         if self._claimed_booking_id is not None:
             state[_STATE_KEY] = self._claimed_booking_id
-            if self._booked_node is not None:
-                state[SERVER_STATE_NODE_KEY] = self._booked_node
+            if self._booked_placement is not None:
+                state[SERVER_STATE_PLACEMENT_KEY] = self._booked_placement
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self._claimed_booking_id = state.get(_STATE_KEY, self._claimed_booking_id)
-        self._booked_node = state.get(SERVER_STATE_NODE_KEY, self._booked_node)
+        self._booked_placement = state.get(SERVER_STATE_PLACEMENT_KEY, self._booked_placement)
 
     def clear_state(self) -> None:
         # a claim left by a pod that ended on its own is stale; the service lets the next
         # server take it once the Hub reports this one stopped
         super().clear_state()
         self._claimed_booking_id = None
-        self._booked_node = None
+        self._booked_placement = None
 
 
 #: the traits a booking decides (the fields of gpu.PodSettings)

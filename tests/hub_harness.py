@@ -39,7 +39,7 @@ from pathlib import Path
 
 import httpx
 
-from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_NODE_KEY
+from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY
 
 PASSWORD = "correct-horse-battery"
 SERVICE_NAME = "gpu-booking"
@@ -375,7 +375,7 @@ from jupyterhub.spawner import SimpleLocalProcessSpawner
 class BookingStateSpawner(SimpleLocalProcessSpawner):
     def get_state(self):
         state = super().get_state()
-        for key in ({SERVER_STATE_BOOKING_KEY!r}, {SERVER_STATE_NODE_KEY!r}):
+        for key in ({SERVER_STATE_BOOKING_KEY!r}, {SERVER_STATE_PLACEMENT_KEY!r}):
             if (self.user_options or {{}}).get(key) is not None:
                 state[key] = self.user_options[key]
         return state

@@ -281,6 +281,7 @@ def test_pod_settings_of_a_hami_quarter():
             "gpubooking.jupyter.org/pool": "a100-hami",
             "gpubooking.jupyter.org/gpus": "0.25",
             "gpubooking.jupyter.org/end": "2026-03-02T11:00:00Z",
+            "gpubooking.jupyter.org/gpu-indices": "1",
         },
         environment={
             "GPU_BOOKING_ID": "41",
@@ -441,6 +442,7 @@ def test_merge_keeps_the_spawners_keys_and_replaces_what_only_a_booking_decides(
             "gpubooking.jupyter.org/pool": "a100-hami",
             "gpubooking.jupyter.org/gpus": "0.5",
             "gpubooking.jupyter.org/end": "2026-03-02T11:00:00Z",
+            "gpubooking.jupyter.org/gpu-indices": "0",
         },
         "environment": {
             "OMP_NUM_THREADS": "4",

@@ -8,8 +8,8 @@ made before it runs on a booking that is back unclaimed: the database counts tha
 as free, so the next booking gets them while the pod still holds them (until its
 ``activeDeadlineSeconds``, the booking's end as it was at admission), and the unclaimed
 booking is released as a no-show under the running pod. A booking that moved and started since
-the backup is back unclaimed where it was placed before: the pod holds GPUs of another node,
-and is deleted rather than claimed.
+the backup is back unclaimed where it was placed before: the pod holds other GPUs than the
+database counts, and is deleted rather than claimed.
 
 So every lifecycle tick, before the no-show rule, the service also looks from the cluster's
 side: it lists the GPU pods of the gated namespaces that carry the webhook's booking-id label
@@ -33,10 +33,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..core.errors import Conflict
-from ..core.model import Booking, BookingState
+from ..core.model import Booking, BookingState, where_text
 from ..core.timegrid import parse_time
 from ..executor import in_executor
-from ..gpu import BOOKING_ID_KEY, HOSTNAME_LABEL
+from ..gpu import BOOKING_ID_KEY, pod_placement
 from .claims import PodFacts, delete_pod
 from .review import (
     POD_HOLDER_PREFIX,
@@ -62,7 +62,7 @@ class PodFinding(str, enum.Enum):
     OTHER_BOOKING = "other_booking"  # the id is a booking made after the pod: delete
     NOT_ACTIVE = "not_active"  # cancelled, not started, or ended past the grace: delete
     UNCLAIMED = "unclaimed"  # active and nobody holds it: record the pod's claim again
-    OTHER_NODE = "other_node"  # active, nobody holds it, placed on another node: delete
+    OTHER_PLACEMENT = "other_placement"  # active, unclaimed, placed elsewhere: delete
 
     @property
     def deletes(self) -> bool:
@@ -78,10 +78,11 @@ class PodFinding(str, enum.Enum):
                     "another booking of that id (in a database set up anew)")
         if self is PodFinding.UNCLAIMED:
             return f"booking {booking.id} had no claim (given back by a restore?)"
-        if self is PodFinding.OTHER_NODE:
+        if self is PodFinding.OTHER_PLACEMENT:
             return (f"booking {booking.id} is placed on "
-                    f"{booking.placement and booking.placement.node}, the pod runs on {pod.node} "
-                    "(a restore gave back its placement from before it moved)")
+                    f"{booking.placement and booking.placement.where()}, the pod was made for "
+                    f"{where_text(pod.node, pod.gpus)} (a restore gave back its placement from "
+                    "before it moved)")
         return f"booking {booking.id} is {booking.state(now).value}"
 
 
@@ -93,7 +94,9 @@ class AdmittedPod:
     name: str
     booking_id: int
     created: datetime | None = None  # the API server's creationTimestamp
-    node: str | None = None  # the node it runs on, or the webhook pinned it to
+    # the placement it was made for (gpu.pod_placement; None: not known)
+    node: str | None = None
+    gpus: tuple[int, ...] | None = None
 
     @property
     def holder(self) -> str:
@@ -116,10 +119,8 @@ def admitted_pod(pod: Mapping[str, Any], settings: AdmissionSettings) -> Admitte
     if not wants_gpus(pod, settings):
         return None
     created = metadata.get("creationTimestamp")
-    spec = pod.get("spec") or {}
-    node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
     return AdmittedPod(metadata.get("namespace", ""), metadata.get("name", ""), int(label),
-                       parse_time(created) if created else None, node)
+                       parse_time(created) if created else None, *pod_placement(pod))
 
 
 def check_pod(pod: AdmittedPod, booking: Booking | None, now: datetime,
@@ -140,9 +141,8 @@ def check_pod(pod: AdmittedPod, booking: Booking | None, now: datetime,
     if state is BookingState.ACTIVE:
         if booking.server is not None:
             return None
-        if pod.node is not None and booking.placement is not None \
-                and booking.placement.node != pod.node:
-            return PodFinding.OTHER_NODE
+        if booking.placement is not None and not booking.placement.holds(pod.node, pod.gpus):
+            return PodFinding.OTHER_PLACEMENT
         return PodFinding.UNCLAIMED
     if state is BookingState.ENDED and now < booking.end + grace:
         return None

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_NODE_KEY, ServerUse, server_use
-from .model import Booking, BookingState
+from .lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY, ServerUse, server_use
+from .model import Booking, BookingState, where_text
 
 
 class Finding(str, enum.Enum):
@@ -31,7 +31,7 @@ class Finding(str, enum.Enum):
     OTHER_USER = "other_user"  # the id is another user's booking: stop
     NOT_ACTIVE = "not_active"  # cancelled, ended (past the grace) or not started: stop
     HELD_ELSEWHERE = "held_elsewhere"  # another server (or pod) uses it: stop this one
-    OTHER_NODE = "other_node"  # placed on another node than the server's pod: stop
+    OTHER_PLACEMENT = "other_placement"  # placed elsewhere than the server's pod: stop
 
     @property
     def stops(self) -> bool:
@@ -51,9 +51,10 @@ class Finding(str, enum.Enum):
             Finding.OTHER_USER: f"booking {booking.id} is {booking.user}'s",
             Finding.NOT_ACTIVE: f"booking {booking.id} is {booking.state(now).value}",
             Finding.HELD_ELSEWHERE: f"booking {booking.id} is used by {booking.server!r}",
-            Finding.OTHER_NODE: (f"booking {booking.id} is placed on "
-                                 f"{booking.placement and booking.placement.node}, the server "
-                                 f"runs on {server.node}"),
+            Finding.OTHER_PLACEMENT: (
+                f"booking {booking.id} is placed on "
+                f"{booking.placement and booking.placement.where()}, the server's pod was "
+                f"made for {where_text(server.node, server.gpus)}"),
         }[self]
 
 
@@ -64,7 +65,9 @@ class RunningServer:
     user: str
     server: str  # "" for the default server
     booking_id: int
-    node: str | None = None  # where its pod is pinned (None: started before 0.2.0)
+    # the placement its pod was made for (None: started before 0.2.0)
+    node: str | None = None
+    gpus: tuple[int, ...] | None = None
 
 
 def running_servers(servers_by_user: Mapping[str, Mapping[str, Any]]) -> list[RunningServer]:
@@ -77,10 +80,19 @@ def running_servers(servers_by_user: Mapping[str, Mapping[str, Any]]) -> list[Ru
             booking_id = state.get(SERVER_STATE_BOOKING_KEY) if isinstance(state, Mapping) else None
             ready = model.get("ready", True) and not model.get("pending")
             if ready and isinstance(booking_id, int) and not isinstance(booking_id, bool):
-                node = state.get(SERVER_STATE_NODE_KEY)
                 found.append(RunningServer(user, name, booking_id,
-                                           node if isinstance(node, str) else None))
+                                           *_made_for(state.get(SERVER_STATE_PLACEMENT_KEY))))
     return found
+
+
+def _made_for(placement: Any) -> tuple[str | None, tuple[int, ...] | None]:
+    """The node and GPU indices of GPUBookingSpawner's state (None, None: not there)."""
+    if not isinstance(placement, Mapping):
+        return None, None
+    node, gpus = placement.get("node"), placement.get("gpus")
+    valid_gpus = isinstance(gpus, list) and all(
+        isinstance(gpu, int) and not isinstance(gpu, bool) for gpu in gpus)
+    return (node if isinstance(node, str) else None), (tuple(gpus) if valid_gpus else None)
 
 
 def holder_in_use(servers: Mapping[str, Any] | None, holder: str, booking_id: int) -> bool | None:
@@ -127,11 +139,10 @@ def _finding(server: RunningServer, booking: Booking | None, servers: Mapping[st
     ended_in_grace = state is BookingState.ENDED and now < booking.end + end_grace
     if state is not BookingState.ACTIVE:
         return None if ended_in_grace else Finding.NOT_ACTIVE
-    if server.node is not None and booking.placement is not None \
-            and booking.placement.node != server.node:
+    if booking.placement is not None and not booking.placement.holds(server.node, server.gpus):
         # a restore gave back the placement from before the booking moved and started: the
         # database counts the server's GPUs as free
-        return Finding.OTHER_NODE
+        return Finding.OTHER_PLACEMENT
     if booking.server is None:
         return Finding.UNCLAIMED
     if pod_holder(booking.server):

@@ -146,8 +146,8 @@ def _release_reason(
 
 #: Key of a Hub server's state under which GPUBookingSpawner keeps the booking it claimed.
 SERVER_STATE_BOOKING_KEY = "gpu_booking_id"
-#: ... and the node it pinned the server's pod to (the booking's placement at the start).
-SERVER_STATE_NODE_KEY = "gpu_booking_node"
+#: ... and the placement the server's pod was made for (``{"node": ..., "gpus": [...]}``).
+SERVER_STATE_PLACEMENT_KEY = "gpu_booking_placement"
 
 
 class ServerUse(str, enum.Enum):

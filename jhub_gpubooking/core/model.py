@@ -278,6 +278,23 @@ class Placement:
     gpus: tuple[int, ...]
     slices: int
 
+    def where(self) -> str:
+        """The node and GPU indices, for people: ``gpu-1 GPU 0,1``."""
+        return where_text(self.node, self.gpus)
+
+    def holds(self, node: str | None, gpus: tuple[int, ...] | None) -> bool:
+        """Whether a pod made for ``node`` and GPU indices ``gpus`` (None: not known, as for
+        a pod made before 0.2.0) runs on this placement: after a restore of the booking
+        database, a booking that moved before it started is back where it was, while its pod
+        holds the GPUs it moved to."""
+        return (node is None or node == self.node) and (gpus is None or tuple(gpus) == self.gpus)
+
+
+def where_text(node: str | None, gpus: tuple[int, ...] | None) -> str:
+    """A node and GPU indices for people (``gpu-1 GPU 0,1``), what is not known left out."""
+    indices = "" if gpus is None else f" GPU {','.join(str(gpu) for gpu in gpus)}"
+    return f"{node or 'an unknown node'}{indices}"
+
 
 @dataclass(frozen=True)
 class Booking:

@@ -115,7 +115,7 @@ class HubServers(LoggingConfigurable):
         "the service's first lifecycle tick, so a restore of the booking database is put "
         "right as soon as the hub runs again. A server on a booking the database does not "
         "have, another user's, one cancelled, ended (past Lifecycle.end_grace_seconds) or not "
-        "started yet, one placed on another node than the server's pod, or one another "
+        "started yet, one placed elsewhere than the server's pod was made for, or one another "
         "server or pod uses, is stopped (see stop_servers); a "
         "server on its own active booking that has no claim, or whose holder stopped, gets "
         "its claim recorded again, so the booking is neither released as a no-show nor left "

@@ -83,6 +83,7 @@ def test_covered_pod_is_pinned_to_its_booking_keeping_its_own_metadata(settings)
         "gpubooking.jupyter.org/pool": "a100-hami",
         "gpubooking.jupyter.org/gpus": "0.25",
         "gpubooking.jupyter.org/end": "2030-05-06T12:00:00Z",
+        "gpubooking.jupyter.org/gpu-indices": "1",
     })
     expected["metadata"]["labels"].update({"gpubooking.jupyter.org/booking-id": "7",
                                            "gpubooking.jupyter.org/pool": "a100-hami"})
@@ -102,6 +103,7 @@ def test_patch_creates_maps_only_when_absent_and_keeps_a_stricter_deadline(setti
         "gpubooking.jupyter.org/pool": "l40s",
         "gpubooking.jupyter.org/gpus": "1",
         "gpubooking.jupyter.org/end": "2030-05-06T12:00:00Z",
+        "gpubooking.jupyter.org/gpu-indices": "3",
     }
     assert patched["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-2"}
     assert patched["spec"]["activeDeadlineSeconds"] == 600

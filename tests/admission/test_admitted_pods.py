@@ -46,13 +46,16 @@ def test_a_running_gpu_pod_with_the_label_is_looked_at(settings):
         "alice-jobs", "train", 7, NOW.replace(minute=1))
     assert admitted_pod(listed(), settings).holder == "pod:alice-jobs/train"
     assert admitted_pod(listed(phase="Pending"), settings) is not None
-    # its node: the one it runs on, else the one it is pinned to while pending
-    bound = listed()
+    # what it was made for: the node it runs on, else the one it is pinned to while pending,
+    # and the GPU indices the webhook annotated
+    bound = listed(annotations={"gpubooking.jupyter.org/gpu-indices": "0,2"})
     bound["spec"].update(nodeName="gpu-2", nodeSelector={"kubernetes.io/hostname": "gpu-3"})
-    assert admitted_pod(bound, settings).node == "gpu-2"
-    pinned = listed(phase="Pending")
+    assert (admitted_pod(bound, settings).node, admitted_pod(bound, settings).gpus) == (
+        "gpu-2", (0, 2))
+    pinned = listed(phase="Pending", annotations={"gpubooking.jupyter.org/gpu-indices": "x"})
     pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-3"}
-    assert admitted_pod(pinned, settings).node == "gpu-3"
+    assert (admitted_pod(pinned, settings).node, admitted_pod(pinned, settings).gpus) == (
+        "gpu-3", None)
 
 
 @pytest.mark.parametrize("pod", [
@@ -99,17 +102,18 @@ MADE = NOW - timedelta(minutes=10)
     (replace(booking(server=HOLDER), created=POD.created + timedelta(minutes=2)), NOW, None),
     # placed where the pod runs, or elsewhere (a restore gave back where it was before it moved)
     (booking(node="gpu-1"), NOW, PodFinding.UNCLAIMED),
-    (booking(node="gpu-2"), NOW, PodFinding.OTHER_NODE),
+    (booking(node="gpu-2"), NOW, PodFinding.OTHER_PLACEMENT),
+    (booking(gpus=(0,)), NOW, PodFinding.OTHER_PLACEMENT),
     (booking(node="gpu-2", server=HOLDER), NOW, None),
 ], ids=["gone", "held by it", "held by it, ended", "unclaimed", "held by another pod",
         "held by a hub server", "ended within the grace", "ended", "cancelled", "upcoming",
         "made just before", "made after the pod", "made after but held by it",
-        "on its node", "on another node", "on another node, held by it"])
+        "where it was placed", "on another node", "on other GPUs", "elsewhere, held by it"])
 def test_what_is_done_about_a_pods_booking(the_booking, at, expected):
     if the_booking is not None and the_booking.created is None:
         the_booking = replace(the_booking, created=MADE)
-    assert check_pod(replace(POD, node="gpu-1"), the_booking, at, GRACE) == expected
-    if expected is not PodFinding.OTHER_NODE:  # a pod whose node is not known yet
+    assert check_pod(replace(POD, node="gpu-1", gpus=(1,)), the_booking, at, GRACE) == expected
+    if expected is not PodFinding.OTHER_PLACEMENT:  # a pod that does not say where it runs
         assert check_pod(POD, the_booking, at, GRACE) == expected
 
 
@@ -122,9 +126,10 @@ def test_the_log_says_why():
         "booking 7 had no claim (given back by a restore?)")
     assert PodFinding.NOT_ACTIVE.describe(POD, replace(unclaimed, status="cancelled"), NOW) == (
         "booking 7 is cancelled")
-    assert PodFinding.OTHER_NODE.describe(replace(POD, node="gpu-2"), unclaimed, NOW) == (
-        "booking 7 is placed on gpu-1, the pod runs on gpu-2 (a restore gave back its "
-        "placement from before it moved)")
+    assert PodFinding.OTHER_PLACEMENT.describe(replace(POD, node="gpu-2", gpus=(0,)), unclaimed,
+                                               NOW) == (
+        "booking 7 is placed on gpu-1 GPU 1, the pod was made for gpu-2 GPU 0 (a restore gave "
+        "back its placement from before it moved)")
     assert [finding.deletes for finding in PodFinding] == [True, True, True, False, True]
 
 

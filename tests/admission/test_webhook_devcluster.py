@@ -111,6 +111,7 @@ async def test_booked_gpu_pod_is_created_pinned_to_its_booking(core, store):
         "gpubooking.jupyter.org/pool": "a100",
         "gpubooking.jupyter.org/gpus": "1",
         "gpubooking.jupyter.org/end": "2030-05-06T11:00:00Z",
+        "gpubooking.jupyter.org/gpu-indices": "0",
     }
     assert created.spec.node_selector == {"kubernetes.io/hostname": held.placement.node}
     assert created.spec.active_deadline_seconds == 55 * 60 + 30

@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from jhub_gpubooking.core.hub_servers import Finding, RunningServer, compare, running_servers
-from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_NODE_KEY
+from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY
 from jhub_gpubooking.core.model import Booking, Placement
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=timezone.utc)
@@ -18,10 +18,10 @@ GRACE = timedelta(minutes=1)
 
 def booking(booking_id: int, *, user: str = "ada", server: str | None = None,
             start: timedelta = timedelta(hours=-1), end: timedelta = timedelta(hours=1),
-            status: str = "booked", node: str = "n1") -> Booking:
+            status: str = "booked", node: str = "n1", gpus: tuple[int, ...] = (0,)) -> Booking:
     return Booking(user=user, pool="a100", amount=Fraction(1), start=NOW + start, end=NOW + end,
                    id=booking_id, status=status, server=server,
-                   placement=Placement(node, (0,), 1))
+                   placement=Placement(node, gpus, 1))
 
 
 def on(booking_id, **model) -> dict:
@@ -48,9 +48,10 @@ def test_only_ready_servers_that_name_a_booking_count():
         "bob": {"gpu": on(5)},
     }
     assert running_servers(servers) == [RunningServer("ada", "", 1), RunningServer("bob", "gpu", 5)]
-    # the node its pod is pinned to, kept by GPUBookingSpawner since 0.2.0
-    pinned = {"ada": {"": on(1, state={SERVER_STATE_BOOKING_KEY: 1, SERVER_STATE_NODE_KEY: "n2"})}}
-    assert running_servers(pinned) == [RunningServer("ada", "", 1, "n2")]
+    # the placement its pod was made for, kept by GPUBookingSpawner since 0.2.0
+    made_for = {SERVER_STATE_BOOKING_KEY: 1, SERVER_STATE_PLACEMENT_KEY: {"node": "n2", "gpus": [0, 1]}}
+    assert running_servers({"ada": {"": on(1, state=made_for)}}) == [
+        RunningServer("ada", "", 1, "n2", (0, 1))]
 
 
 @pytest.mark.parametrize(("held", "finding"), [
@@ -76,13 +77,15 @@ def test_only_ready_servers_that_name_a_booking_count():
     (None, Finding.GONE),
     # placed elsewhere than the server's pod (a restore gave back where it was before it
     # moved and started): its GPUs there count as free
-    (booking(1, node="n2"), Finding.OTHER_NODE),
-    (booking(1, node="n2", server="old"), Finding.OTHER_NODE),
+    (booking(1, node="n2"), Finding.OTHER_PLACEMENT),
+    (booking(1, gpus=(1,)), Finding.OTHER_PLACEMENT),
+    (booking(1, node="n2", server="old"), Finding.OTHER_PLACEMENT),
     (booking(1, node="n2", server=""), None),  # held by it: placed at its start, never moved
 ])
 def test_what_is_wrong_with_a_running_servers_booking(held, finding):
     servers = {"ada": {
-        "": on(1, state={SERVER_STATE_BOOKING_KEY: 1, SERVER_STATE_NODE_KEY: "n1"}),
+        "": on(1, state={SERVER_STATE_BOOKING_KEY: 1,
+                         SERVER_STATE_PLACEMENT_KEY: {"node": "n1", "gpus": [0]}}),
         "twin": on(1),
         "starting": on(1, ready=False, pending="spawn"),
         "cpu": {"ready": True, "state": {}},
@@ -116,5 +119,6 @@ def test_the_log_says_why():
         "booking 7 was held by server 'old', which is stopped")
     assert Finding.OTHER_USER.describe(server, booking(7, user="bob"), NOW) == (
         "booking 7 is bob's")
-    assert Finding.OTHER_NODE.describe(RunningServer("ada", "", 7, "n2"), booking(7), NOW) == (
-        "booking 7 is placed on n1, the server runs on n2")
+    assert Finding.OTHER_PLACEMENT.describe(RunningServer("ada", "", 7, "n2", (0, 1)), booking(7),
+                                            NOW) == (
+        "booking 7 is placed on n1 GPU 0, the server's pod was made for n2 GPU 0,1")

@@ -29,7 +29,7 @@ The promise under test: the booked share, exactly while booked.
   state only moves on (upcoming, active, ended; cancelled before its start), never back;
 - a restore of the database (:class:`Restore`) lists the backup's bookings and waits as they
   were then, gives no booking id twice, and within the slack leaves no server or GPU pod on a
-  booking it took away, moved back before its start or to another node, and stops no server
+  booking it took away, moved back before its start or to other GPUs, and stops no server
   whose booking it gave back still covering it.
 """
 

@@ -8,11 +8,10 @@ from fractions import Fraction
 
 from jhub_gpubooking.admission.rules import is_gpu_resource
 from jhub_gpubooking.core.timegrid import parse_time
-from jhub_gpubooking.gpu import BOOKING_ID_KEY
+from jhub_gpubooking.gpu import BOOKING_ID_KEY, pod_placement
 
 HUB_USER_KEY = "hub.jupyter.org/username"
 HUB_SERVER_KEY = "hub.jupyter.org/servername"
-HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
 def pod_is_live(pod: dict) -> bool:
@@ -30,21 +29,17 @@ def pod_booking_id(pod: dict) -> int | None:
     return int(value) if value else None
 
 
-def pod_node(pod: dict) -> str | None:
-    """The node the pod runs on, or is pinned to while pending."""
-    spec = pod.get("spec") or {}
-    return spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME_KEY)
-
-
 def not_covered(pod: dict, booking_id: int | None, booking: dict | None) -> str | None:
     """Why ``booking`` cannot be what the GPU pod runs on, whatever the time (None: it can)."""
     if booking is None:
         return f"runs without a booking ({booking_id})"
     if booking["state"] == "upcoming":
         return f"runs on booking {booking_id}, which has not started"
-    placement, node = booking.get("placement"), pod_node(pod)
-    if placement and node and node != placement["node"]:
-        return f"runs on {node}, its booking {booking_id} is placed on {placement['node']}"
+    placement = booking.get("placement")
+    node, gpus = pod_placement(pod)
+    if placement and (node, gpus) != (placement["node"], tuple(placement["gpus"])):
+        return (f"was made for {node} GPU {gpus}, its booking {booking_id} is placed on "
+                f"{placement['node']} GPU {tuple(placement['gpus'])}")
     return None
 
 

@@ -9,7 +9,7 @@ backup against those of the file the restore keeps of the database as it was bef
 (``--replaced``), so a booking the service made between the walk's last listing and the hub's
 stop counts too. The checker (soak_invariants.Restore) then expects the backup's bookings and
 waits as they were, no booking id given twice, no server or GPU pod left on a booking the
-restore took away, moved back before its start or to another node, and no server stopped whose
+restore took away, moved back before its start or to other GPUs, and no server stopped whose
 booking the restore gave back still covering it.
 """
 

@@ -34,13 +34,16 @@ def booking(id: int, start: int, end: int, *, slices: int = 2, gpu: int = 0, cre
             "released_end": None, "release_reason": None, **extra}
 
 
-def pod(name: str, booking_id: int | None, user: str | None = None, gpu: bool = True) -> dict:
+def pod(name: str, booking_id: int | None, user: str | None = None, gpu: bool = True,
+        index: int = 0) -> dict:
+    """A running pod on n1, made for GPU ``index`` (booking() places on GPU 0)."""
     annotations = {"hub.jupyter.org/username": user} if user else {}
     if booking_id is not None:
         annotations["gpubooking.jupyter.org/booking-id"] = str(booking_id)
+        annotations["gpubooking.jupyter.org/gpu-indices"] = str(index)
     limits = {"nvidia.com/gpu": "1"} if gpu else {"cpu": "1"}
     return {"metadata": {"name": name, "namespace": "jhub", "annotations": annotations},
-            "spec": {"containers": [{"resources": {"limits": limits}}]},
+            "spec": {"containers": [{"resources": {"limits": limits}}], "nodeName": "n1"},
             "status": {"phase": "Running"}}
 
 
@@ -111,12 +114,17 @@ def test_a_gpu_pod_past_its_booking_beyond_the_slack_but_not_within_an_outage():
     assert len(check(starting)) == 1
 
 
-def test_a_gpu_pod_on_a_booking_not_started_or_placed_on_another_node():
+def test_a_gpu_pod_on_a_booking_not_started_or_placed_elsewhere():
     on_n2 = pod("a", 1)
     on_n2["spec"]["nodeName"] = "n2"
     assert check(snapshot([booking(1, 0, 60)], [on_n2])) == [
-        "GPU pod jhub/a runs on n2, its booking 1 is placed on n1"]
+        "GPU pod jhub/a was made for n2 GPU (0,), its booking 1 is placed on n1 GPU (0,)"]
+    on_gpu_1 = pod("a", 1)
+    on_gpu_1["metadata"]["annotations"]["gpubooking.jupyter.org/gpu-indices"] = "1"
+    assert check(snapshot([booking(1, 0, 60)], [on_gpu_1])) == [
+        "GPU pod jhub/a was made for n1 GPU (1,), its booking 1 is placed on n1 GPU (0,)"]
     pinned = pod("a", 2)
+    del pinned["spec"]["nodeName"]
     pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}  # pending, not bound
     assert check(snapshot([booking(2, 40, 60, state="upcoming")], [pinned])) == [
         "GPU pod jhub/a runs on booking 2, which has not started"]
@@ -134,7 +142,7 @@ def test_a_restore_has_the_slack_to_stop_what_runs_on_what_it_undid():
     running = snapshot(
         [booking(1, 0, 60, user="bob"), booking(2, 0, 60, user="carol", gpu=1, created=NOW),
          booking(3, 0, 60, user="dan")],
-        [pod("jupyter-bob", 1, "bob"), pod("jupyter-carol", 2, "carol"), pod("train", 3)],
+        [pod("jupyter-bob", 1, "bob"), pod("jupyter-carol", 2, "carol", index=1), pod("train", 3)],
         {("bob", ""): {"ready": True}, ("carol", ""): {"ready": True}})
     running.pods[2]["spec"]["nodeName"] = "n1"
     running.now = NOW - timedelta(minutes=2)  # the servers ran before the restore
@@ -151,7 +159,8 @@ def test_a_restore_has_the_slack_to_stop_what_runs_on_what_it_undid():
     assert [v.split(" after the restore")[0] for v in checker.check(restored, late)] == [
         "GPU pod jhub/jupyter-bob runs without a booking (1) 0:01:00",
         "GPU pod jhub/jupyter-carol runs on booking 2, which has not started 0:01:00",
-        "GPU pod jhub/train runs on n1, its booking 3 is placed on n2 0:01:00"]
+        "GPU pod jhub/train was made for n1 GPU (0,), its booking 3 is placed on n2 GPU (0,) "
+        "0:01:00"]
     # the servers it stopped: bob's and carol's may go, but not one on a booking given back
     # that covers it
     assert checker.check(snapshot([carols, moved]), facts) == []
@@ -238,10 +247,8 @@ def test_the_accounting_must_add_up_and_match_the_bookings():
 
 def test_a_pod_claim_must_end_with_its_pod():
     claimed = booking(1, 0, 60, server="pod:jobs-ada/train-1")
-    pod_there = {"metadata": {"name": "train-1", "namespace": "jobs-ada",
-                              "annotations": {"gpubooking.jupyter.org/booking-id": "1"}},
-                 "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-                 "status": {"phase": "Running"}}
+    pod_there = pod("train-1", 1)
+    pod_there["metadata"]["namespace"] = "jobs-ada"
     checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
     assert checker.check(snapshot([claimed], [pod_there]), WalkFacts()) == []
     assert checker.checks["pod claims end with their pod"] == 1

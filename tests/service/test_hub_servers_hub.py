@@ -1,8 +1,8 @@
 """Through a real Hub (c.HubServers): a running server whose booking the database does not have,
 or cannot give it, is stopped; one on its own active booking without a claim gets its claim
 recorded again. The servers are started straight on the Hub API naming a booking id, as a
-restore of the booking database leaves them (the spawner's claim is not made), and the node
-GPUBookingSpawner keeps in the state."""
+restore of the booking database leaves them (the spawner's claim is not made), and the
+placement GPUBookingSpawner keeps in the state."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import httpx
 import pytest
 from hub_harness import REAL_SERVER_HUB_CONFIG, hub_server, start_booking_hub, wait_for
 
-from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_NODE_KEY
+from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY
 from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid, format_time
 
 CHECK_EVERY_SECOND = """
@@ -43,13 +43,14 @@ def book_now(hub, user: str, pool: str = "a100", gpus: float = 1) -> dict:
     return created.json()
 
 
-def start_on(hub, user: str, booking_id: int, node: str | None = None) -> None:
-    """Start ``user``'s default server with a state naming ``booking_id`` (and the ``node`` its
-    pod is pinned to); the Hub answers at once, the server is pending until it is up."""
+def start_on(hub, user: str, booking_id: int, placement: dict | None = None) -> None:
+    """Start ``user``'s default server with a state naming ``booking_id`` (and the
+    ``placement`` its pod was made for); the Hub answers at once, the server is pending until
+    it is up."""
     httpx.post(f"{hub.hub_api_url}/users/{user}/server", timeout=60,
                headers={"Authorization": f"token {hub.admin_token}"},
                json={SERVER_STATE_BOOKING_KEY: booking_id,
-                     SERVER_STATE_NODE_KEY: node}).raise_for_status()
+                     SERVER_STATE_PLACEMENT_KEY: placement}).raise_for_status()
     assert hub_server(hub, user) is not None
 
 
@@ -102,19 +103,22 @@ def test_a_server_on_its_own_unclaimed_booking_gets_its_claim_back(hub):
                  headers={"Authorization": f"token {hub.admin_token}"})
 
 
-def test_a_server_on_its_own_unclaimed_booking_placed_on_another_node_is_stopped(hub):
+def test_a_server_on_its_own_unclaimed_booking_placed_elsewhere_is_stopped(hub):
     """A restore gave the booking back where it was placed before it moved and started: the
     database counts the GPUs the server's pod holds as free, so the claim is not recorded."""
     bobs = book_now(hub, "bob", pool="shared", gpus=0.25)  # the A100s are the other tests'
-    placed = bobs["placement"]["node"]
-    start_on(hub, "bob", bobs["id"], node=placed + "-elsewhere")
+    placed = bobs["placement"]
+    elsewhere = {"node": placed["node"], "gpus": [gpu + 1 for gpu in placed["gpus"]]}
+    start_on(hub, "bob", bobs["id"], elsewhere)
     wait_for(lambda: hub_server(hub, "bob") is None, "the service stopped bob's server", hub)
-    assert (f"Stopping server '' of bob: booking {bobs['id']} is placed on {placed}, the server "
-            f"runs on {placed}-elsewhere" in hub.service_log())
+    gpu = placed["gpus"][0]
+    assert (f"Stopping server '' of bob: booking {bobs['id']} is placed on {placed['node']} GPU "
+            f"{gpu}, the server's pod was made for {placed['node']} GPU {gpu + 1}"
+            in hub.service_log())
     assert booking_json(hub, bobs["id"])["server"] is None
-    assert mismatches(hub).get("other_node") == 1
-    # on the node the booking is placed on, the claim is recorded as for any unclaimed booking
-    start_on(hub, "bob", bobs["id"], node=placed)
+    assert mismatches(hub).get("other_placement") == 1
+    # made for the booking's placement, the claim is recorded as for any unclaimed booking
+    start_on(hub, "bob", bobs["id"], {"node": placed["node"], "gpus": placed["gpus"]})
     wait_for(lambda: booking_json(hub, bobs["id"])["server"] == "",
              "the service recorded the claim of bob's booking", hub)
     httpx.delete(f"{hub.hub_api_url}/users/bob/server", timeout=60,

@@ -211,6 +211,7 @@ async def test_booked_share_lands_exactly_in_the_pod_traits(make_spawner, bookin
         "gpubooking.jupyter.org/pool": "a100",
         "gpubooking.jupyter.org/gpus": "0.5",
         "gpubooking.jupyter.org/end": end,
+        "gpubooking.jupyter.org/gpu-indices": "1",
     }
     assert spawner.environment == {
         "GPU_BOOKING_ID": "11",
@@ -318,12 +319,12 @@ async def test_state_survives_a_hub_restart(make_spawner, booking_service, make_
     await spawner.load_user_options()
     reloaded = restarted(spawner)
     assert reloaded is not spawner
-    # the booking, and the node the pod is pinned to (c.HubServers compares it with the
-    # booking's placement after a restore of the booking database)
+    # the booking, and the placement the pod was made for (c.HubServers compares it with the
+    # booking's after a restore of the booking database)
     assert reloaded.get_state()["gpu_booking_id"] == 71
-    assert reloaded.get_state()["gpu_booking_node"] == "gpu-node-1"
+    assert reloaded.get_state()["gpu_booking_placement"] == {"node": "gpu-node-1", "gpus": [1]}
     reloaded.clear_state()
-    assert not {"gpu_booking_id", "gpu_booking_node"} & reloaded.get_state().keys()
+    assert not {"gpu_booking_id", "gpu_booking_placement"} & reloaded.get_state().keys()
 
 
 async def test_refusal_reaches_the_progress_stream(make_spawner, booking_service):
