@@ -87,22 +87,29 @@ def undone_since_backup(replaced_url: str, backup_url: str, now: datetime) -> Un
     waits_now, waits_then = _waits(replaced_url), _waits(backup_url)
     windows_now, windows_then = _windows(replaced_url), _windows(backup_url)
     links_now, links_then = _calendar_links(replaced_url), _calendar_links(backup_url)
-    undone = Undone(calendar_links=sorted(
-        user for user in links_now.keys() | links_then.keys()
-        if links_now.get(user) != links_then.get(user)))
+    waits_gone, waits_back = [], []
     for wait_id, wait in sorted(waits_now.items()):
         earlier = waits_then.get(wait_id)
         if not _same(earlier, wait):
-            if wait.state == "waiting":
-                undone.waits_gone.append(wait)
+            if wait.state == "waiting":  # one that ended since left nobody waiting
+                waits_gone.append(wait)
         elif (earlier.state, earlier.start, earlier.latest_start) != (
                 wait.state, wait.start, wait.latest_start):
-            undone.waits_back.append((earlier, wait))
-    for windows, others, undone_list in ((windows_now, windows_then, undone.windows_gone),
-                                         (windows_then, windows_now, undone.windows_back)):
-        undone_list.extend(window for window_id, window in sorted(windows.items())
-                           if window.end > now and not _same(others.get(window_id), window))
-    return undone
+            waits_back.append((earlier, wait))
+    return Undone(
+        waits_gone=waits_gone,
+        waits_back=waits_back,
+        windows_gone=_not_over_and_not_in(windows_now, windows_then, now),
+        windows_back=_not_over_and_not_in(windows_then, windows_now, now),
+        calendar_links=sorted(user for user in links_now.keys() | links_then.keys()
+                              if links_now.get(user) != links_then.get(user)),
+    )
+
+
+def _not_over_and_not_in(windows: dict[int, WindowLine], others: dict[int, WindowLine],
+                         now: datetime) -> list[WindowLine]:
+    return [window for window_id, window in sorted(windows.items())
+            if window.end > now and not _same(others.get(window_id), window)]
 
 
 def _same(earlier: WaitLine | WindowLine | None, line: WaitLine | WindowLine) -> bool:
