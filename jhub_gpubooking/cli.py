@@ -139,6 +139,7 @@ def cmd_db_restore(args: argparse.Namespace) -> int:
 
     from .core.backups import backup_name
     from .db.restore import restore_database
+    from .gpu import BOOKING_ID_KEY
 
     backup = Path(args.file).expanduser().resolve()
     replaced = args.replaced or backup.with_name(
@@ -171,6 +172,15 @@ def cmd_db_restore(args: argparse.Namespace) -> int:
               "its check of them, with list on pods in their namespace):")
         print(format_table(("BOOKING", "USER", "SERVER OR POD"), [
             (line.id, line.user, line.server or "(default)") for line in running]))
+        gone = sorted({line.id for line in report.taken_away if line.server is not None})
+        if gone:
+            # the sweep of pods the Hub forgot (c.OrphanPods) leaves a pod alone whose booking
+            # the database does not have: it may be another booking service's
+            print("\nA server whose start was still pending when the hub stopped is one the Hub "
+                  "forgets; its pod runs on, and the service leaves pods of bookings it does not "
+                  "have alone. Once the hub runs again, delete what is left of those pods with:\n"
+                  f"  kubectl delete pods --all-namespaces -l '{BOOKING_ID_KEY} in "
+                  f"({','.join(str(booking_id) for booking_id in gone)})'")
     _print_undone(report.undone)
     users = report.users_to_tell()
     if users:

@@ -73,6 +73,9 @@ def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
                                "away or back (2)")
     assert running == [[str(made_since.id), "carol", "gpu"],
                        [str(pod_since.id), "carol", "pod:carol-jobs/train"]]
+    # a pod the Hub forgot (its start pending when the hub stopped) is the admin's to delete
+    assert ("  kubectl delete pods --all-namespaces -l 'gpubooking.jupyter.org/booking-id in "
+            f"({made_since.id},{pod_since.id})'\n") in out
     assert "Tell 2 user(s): bob, carol." in out
     assert store.get(kept.id).status == "booked" and store.get(changed.id).status == "booked"
 
