@@ -168,3 +168,20 @@ async def test_logs_show_what_the_container_wrote(run_kubectl, cluster, core):
     assert await ok(run_kubectl, "logs", "talker", "--tail=1") == "two\n"
     code, _, err = await run_kubectl("logs", "waiting")
     assert code != 0 and 'container "notebook" in pod "waiting" is waiting to start' in err
+
+
+async def test_the_restores_delete_line_deletes_the_pods_of_the_bookings_it_names(run_kubectl, cluster, core):
+    """The line `jhub-gpubooking db restore` prints for pods the Hub forgot (tests/db/test_db_restore.py
+    checks it is printed): a set-based selector over every namespace, which the API server parses."""
+    for name, booking_id in (("jupyter-carol", "3"), ("train", "4"), ("jupyter-dan", "5")):
+        pod = pod_manifest(name)
+        pod["metadata"]["labels"]["gpubooking.jupyter.org/booking-id"] = booking_id
+        await core.create_namespaced_pod("default", pod)
+    await core.create_namespaced_pod("default", pod_manifest("unlabelled"))
+    out = await ok(run_kubectl, "delete", "pods", "--all-namespaces", "-l",
+                   "gpubooking.jupyter.org/booking-id in (3,4)", "--wait=false")
+    assert sorted(out.splitlines()) == ['pod "jupyter-carol" deleted',
+                                        'pod "train" deleted']
+    left = {pod["metadata"]["name"] for pod in cluster.store.objects("pods")
+            if not pod["metadata"].get("deletionTimestamp")}
+    assert left == {"jupyter-dan", "unlabelled"}
