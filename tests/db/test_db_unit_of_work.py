@@ -215,6 +215,7 @@ OWN_TRANSACTIONS = {
     "db/store.py": "defines unit_of_work and read_transaction",
     "db/copy.py": "copies into a new database no service uses yet",
     "db/restore.py": "reads backups; replaces every row in one write transaction, hub stopped",
+    "db/undone.py": "reads the two backup files a restore compares, never a live database",
     "db/locks.py": "the advisory locks, on a connection of their own",
 }
 BEGINS_A_TRANSACTION = re.compile(r"\.begin\(\)|engine\.connect\(\)|\bSession\(|session_factory\(\)")

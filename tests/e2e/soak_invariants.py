@@ -47,6 +47,7 @@ from soak_json import (
     booked_hours,
     booking_over,
     not_covered,
+    placed_at,
     pod_booking_id,
     pod_is_live,
     pod_name,
@@ -56,6 +57,7 @@ from soak_json import (
 from jhub_gpubooking.admission.claims import POD_CREATE_WINDOW
 from jhub_gpubooking.admission.review import holder_pod
 from jhub_gpubooking.core.timegrid import parse_time
+from jhub_gpubooking.gpu import pod_placement
 
 #: what a booking or a wait was made as: it never changes
 MADE = ("user", "pool", "gpus", "created")
@@ -178,7 +180,8 @@ class InvariantChecker:
         self._fitting_waits: dict[int, datetime] = {}
         self.checks: Counter[str] = Counter()
         self._ended_waits: dict[int, tuple[str, int | None]] = {}
-        self._ready: dict[ServerKey, tuple[int | None, datetime]] = {}
+        #: servers ready since: their booking, since when, the placement their pod was made for
+        self._ready: dict[ServerKey, tuple[int | None, datetime, tuple | None]] = {}
         self._podless_claims: dict[tuple[int, str], datetime] = {}
         self._listed: tuple[dict[int, dict], dict[int, dict]] = ({}, {})
         self._made: dict[int, dict] = {}  # every booking listed, as it was first made
@@ -252,7 +255,7 @@ class InvariantChecker:
     ) -> list[str]:
         violations = []
         pods = snapshot.hub_pods()
-        for key, (booking_id, since) in self._ready.items():
+        for key, (booking_id, since, made_for) in self._ready.items():
             if key in snapshot.servers:
                 continue
             self.checks["servers stop only when their booking ends"] += 1
@@ -267,7 +270,8 @@ class InvariantChecker:
             user, name = key
             if facts.undone_by_restore(booking_id, since) and not (
                     booking is not None and booking["state"] == "active"
-                    and booking["server"] in (None, name)):
+                    and booking["server"] in (None, name)
+                    and placed_at(booking) in (None, made_for)):
                 continue  # a restore took its booking away, or gave it back not covering it
             violations.append(
                 f"server {user}/{name} (booking {booking_id}) stopped while its booking "
@@ -278,9 +282,10 @@ class InvariantChecker:
         for key, model in snapshot.servers.items():
             if key not in self._ready and not model.get("ready"):
                 continue
-            known_id, since = self._ready.get(key, (None, snapshot.now))
+            known_id, since, made_for = self._ready.get(key, (None, snapshot.now, None))
             pod = pods.get(key)
-            watched[key] = (pod_booking_id(pod) if pod else known_id, since)
+            watched[key] = ((pod_booking_id(pod), since, pod_placement(pod)) if pod
+                            else (known_id, since, made_for))
         self._ready = watched
         return violations
 

@@ -35,12 +35,17 @@ def not_covered(pod: dict, booking_id: int | None, booking: dict | None) -> str 
         return f"runs without a booking ({booking_id})"
     if booking["state"] == "upcoming":
         return f"runs on booking {booking_id}, which has not started"
-    placement = booking.get("placement")
-    node, gpus = pod_placement(pod)
-    if placement and (node, gpus) != (placement["node"], tuple(placement["gpus"])):
-        return (f"was made for {node} GPU {gpus}, its booking {booking_id} is placed on "
-                f"{placement['node']} GPU {tuple(placement['gpus'])}")
+    placed, made_for = placed_at(booking), pod_placement(pod)
+    if placed is not None and made_for != placed:
+        return (f"was made for {made_for[0]} GPU {made_for[1]}, its booking {booking_id} is "
+                f"placed on {placed[0]} GPU {placed[1]}")
     return None
+
+
+def placed_at(booking: dict) -> tuple[str, tuple[int, ...]] | None:
+    """The booking's node and GPU indices, as gpu.pod_placement reads a pod's."""
+    placement = booking.get("placement")
+    return (placement["node"], tuple(placement["gpus"])) if placement else None
 
 
 def pod_wants_gpus(pod: dict) -> bool:

@@ -171,6 +171,12 @@ def test_a_restore_has_the_slack_to_stop_what_runs_on_what_it_undid():
     assert checker.check(snapshot(kept_back), facts) == [
         "server bob/ (booking 1) stopped while its booking was still active and nobody "
         "stopped it"]
+    # ... unless it came back placed elsewhere than the server's pod was made for
+    moved_back = [booking(1, 0, 60, user="bob", server=None, gpu=1)]
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
+    checker.check(running, WalkFacts())
+    checker.restored(restore({1, 2, 3}, bookings=moved_back), given={1, 2, 3})
+    assert checker.check(snapshot(moved_back), facts) == []
 
 
 def test_a_restore_lists_the_backups_bookings_and_gives_no_id_twice():
