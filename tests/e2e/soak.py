@@ -437,17 +437,23 @@ class Walk:
 
     def clear_collision(self, booking: dict, window_start: datetime) -> bool:
         """Cancel ``booking`` if it has not started, else end it where the window starts (now
-        if that passed); False if it ended or started meanwhile in a way no call undoes."""
+        if that passed); False if it still holds the GPU into the window: it ended or started
+        meanwhile in a way no call undoes, or the window began before the admin ended it."""
         path = f"bookings/{booking['id']}"
         if parse_time(booking["start"]) > now():
             response = self.driver.booking.delete(path)
             if response.status_code == 200:
-                return True
+                return self.kept_out(response.json(), window_start)
         if ceil_to_grid(now(), 1) < window_start:
             response = self.driver.booking.patch(path, json={"end": format_time(window_start)})
         else:
             response = self.driver.booking.delete(path)
-        return self.answered(response, {200: "cleared", 400: "ended", 409: "ended"}) == "cleared"
+        cleared = self.answered(response, {200: "cleared", 400: "ended", 409: "ended"})
+        return cleared == "cleared" and self.kept_out(response.json(), window_start)
+
+    @staticmethod
+    def kept_out(booking: dict, window_start: datetime) -> bool:
+        return booking["state"] == "cancelled" or parse_time(booking["end"]) <= window_start
 
     # -- Hub servers -----------------------------------------------------------------------------
 
