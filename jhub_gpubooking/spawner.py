@@ -34,7 +34,7 @@ from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
 )
 from .client import BookingClient, BookingRefused, BookingServiceUnavailable
 from .core.clock import SystemClock
-from .core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY
+from .core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY, placement_state
 from .core.model import Booking, Pool, format_amount
 from .core.wire import booking_from_json, pool_from_json
 from .gpu import PodSettings, booking_pod_settings
@@ -376,8 +376,8 @@ class GPUBookingSpawner(KubeSpawner):
         self._claimed_booking_id = booking.id
         # where the pod is pinned: a restore of the booking database can give the booking
         # back placed elsewhere (c.HubServers compares the two)
-        self._booked_placement = None if booking.placement is None else {
-            "node": booking.placement.node, "gpus": list(booking.placement.gpus)}
+        self._booked_placement = (None if booking.placement is None
+                                  else placement_state(booking.placement))
         return pool, booking
 
     def _claim_refusal(self, pool_name: str, refused: BookingRefused) -> web.HTTPError:

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY, ServerUse, server_use
+from .lifecycle import (
+    SERVER_STATE_BOOKING_KEY,
+    SERVER_STATE_PLACEMENT_KEY,
+    ServerUse,
+    placement_from_state,
+    server_use,
+)
 from .model import Booking, BookingState, where_text
 
 
@@ -80,19 +86,9 @@ def running_servers(servers_by_user: Mapping[str, Mapping[str, Any]]) -> list[Ru
             booking_id = state.get(SERVER_STATE_BOOKING_KEY) if isinstance(state, Mapping) else None
             ready = model.get("ready", True) and not model.get("pending")
             if ready and isinstance(booking_id, int) and not isinstance(booking_id, bool):
-                found.append(RunningServer(user, name, booking_id,
-                                           *_made_for(state.get(SERVER_STATE_PLACEMENT_KEY))))
+                made_for = placement_from_state(state.get(SERVER_STATE_PLACEMENT_KEY))
+                found.append(RunningServer(user, name, booking_id, *made_for))
     return found
-
-
-def _made_for(placement: Any) -> tuple[str | None, tuple[int, ...] | None]:
-    """The node and GPU indices of GPUBookingSpawner's state (None, None: not there)."""
-    if not isinstance(placement, Mapping):
-        return None, None
-    node, gpus = placement.get("node"), placement.get("gpus")
-    valid_gpus = isinstance(gpus, list) and all(
-        isinstance(gpu, int) and not isinstance(gpu, bool) for gpu in gpus)
-    return (node if isinstance(node, str) else None), (tuple(gpus) if valid_gpus else None)
 
 
 def holder_in_use(servers: Mapping[str, Any] | None, holder: str, booking_id: int) -> bool | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from .model import Booking, BookingState, Pool
+from .model import Booking, BookingState, Placement, Pool
 from .timegrid import ceil_to_grid
 
 
@@ -146,8 +146,24 @@ def _release_reason(
 
 #: Key of a Hub server's state under which GPUBookingSpawner keeps the booking it claimed.
 SERVER_STATE_BOOKING_KEY = "gpu_booking_id"
-#: ... and the placement the server's pod was made for (``{"node": ..., "gpus": [...]}``).
+#: ... and the placement the server's pod was made for (:func:`placement_state`).
 SERVER_STATE_PLACEMENT_KEY = "gpu_booking_placement"
+
+
+def placement_state(placement: Placement) -> dict[str, Any]:
+    """The JSON a server's state keeps of the placement its pod was made for."""
+    return {"node": placement.node, "gpus": list(placement.gpus)}
+
+
+def placement_from_state(value: Any) -> tuple[str | None, tuple[int, ...] | None]:
+    """The node and GPU indices of :func:`placement_state`'s JSON (None for what is not
+    there, as in the state of a server started before 0.2.0)."""
+    if not isinstance(value, Mapping):
+        return None, None
+    node, gpus = value.get("node"), value.get("gpus")
+    valid_gpus = isinstance(gpus, list) and all(
+        isinstance(gpu, int) and not isinstance(gpu, bool) for gpu in gpus)
+    return (node if isinstance(node, str) else None), (tuple(gpus) if valid_gpus else None)
 
 
 class ServerUse(str, enum.Enum):
