@@ -172,10 +172,8 @@ def cmd_db_restore(args: argparse.Namespace) -> int:
               "its check of them, with list on pods in their namespace):")
         print(format_table(("BOOKING", "USER", "SERVER OR POD"), [
             (line.id, line.user, line.server or "(default)") for line in running]))
-        gone = sorted({line.id for line in report.taken_away if line.server is not None})
+        gone = report.taken_away_in_use()
         if gone:
-            # the sweep of pods the Hub forgot (c.OrphanPods) leaves a pod alone whose booking
-            # the database does not have: it may be another booking service's
             print("\nA server whose start was still pending when the hub stopped is one the Hub "
                   "forgets; its pod runs on, and the service leaves pods of bookings it does not "
                   "have alone. Once the hub runs again, delete what is left of those pods with:\n"

@@ -46,7 +46,7 @@ from .session import (
     upgrade,
     write_transaction,
 )
-from .undone import Undone, undone_since_backup
+from .undone import Undone, read_rows, to_the_second, undone_since_backup
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,13 @@ class RestoreReport:
                    if change.replaced.server is not None
                    and change.restored.server != change.replaced.server]
         return [line for line in self.taken_away if line.server is not None] + changed
+
+    def taken_away_in_use(self) -> list[int]:
+        """The bookings the restore took away that a server or pod was using: a Hub server
+        whose start was still pending when the hub stopped is one the Hub forgets, and the
+        service leaves alone a pod whose booking it does not have (c.OrphanPods), so these
+        pods are the admin's to delete."""
+        return sorted({line.id for line in self.taken_away if line.server is not None})
 
     def users_to_tell(self) -> list[str]:
         return sorted({line.user for line in self.taken_away}
@@ -205,26 +212,16 @@ class _Stored(NamedTuple):
 
 
 def _bookings(url: str) -> dict[int, _Stored]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as connection:
-            rows = connection.execute(select(
-                BookingRow.id, BookingRow.user, BookingRow.pool, BookingRow.start,
-                BookingRow.end, BookingRow.status, BookingRow.server, BookingRow.created,
-                BookingRow.updated,
-            )).all()
-    finally:
-        engine.dispose()
-    # to the second: MariaDB keeps no fraction, and a backup may come from another backend
+    rows = read_rows(url, select(
+        BookingRow.id, BookingRow.user, BookingRow.pool, BookingRow.start,
+        BookingRow.end, BookingRow.status, BookingRow.server, BookingRow.created,
+        BookingRow.updated,
+    ))
     stored = {}
     for row in rows:
-        *shown, created, updated = (_to_the_second(value) for value in row)
+        *shown, created, updated = (to_the_second(value) for value in row)
         stored[row.id] = _Stored(BookingLine(*shown), created, updated)
     return stored
-
-
-def _to_the_second(value):
-    return value.replace(microsecond=0) if isinstance(value, datetime) else value
 
 
 def _differences(replaced_url: str, backup_url: str) -> tuple[list[BookingLine],

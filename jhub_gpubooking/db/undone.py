@@ -116,7 +116,9 @@ def _same(earlier: WaitLine | WindowLine | None, line: WaitLine | WindowLine) ->
     return earlier is not None and earlier.made == line.made
 
 
-def _rows(url: str, statement) -> list:
+def read_rows(url: str, statement) -> list:
+    """The rows ``statement`` selects from the database at ``url`` (a backup file here and in
+    :mod:`.restore`), on a connection of its own."""
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
@@ -125,30 +127,31 @@ def _rows(url: str, statement) -> list:
         engine.dispose()
 
 
-def _to_the_second(value: datetime) -> datetime:
-    # MariaDB keeps no fraction, and a backup may come from another backend
-    return value.replace(microsecond=0)
+def to_the_second(value):
+    """``value`` without its fraction of a second (other values as they are): MariaDB keeps
+    none, and a backup may come from another backend."""
+    return value.replace(microsecond=0) if isinstance(value, datetime) else value
 
 
 def _waits(url: str) -> dict[int, WaitLine]:
-    rows = _rows(url, select(
+    rows = read_rows(url, select(
         WaitRow.id, WaitRow.user, WaitRow.pool, WaitRow.amount_num, WaitRow.amount_den,
         WaitRow.start, WaitRow.latest_start, WaitRow.minutes, WaitRow.state, WaitRow.created))
     return {row.id: WaitLine(
         row.id, row.user, row.pool, format_amount(Fraction(row.amount_num, row.amount_den)),
-        _to_the_second(row.start), _to_the_second(row.latest_start), row.minutes, row.state,
-        _to_the_second(row.created)) for row in rows}
+        to_the_second(row.start), to_the_second(row.latest_start), row.minutes, row.state,
+        to_the_second(row.created)) for row in rows}
 
 
 def _windows(url: str) -> dict[int, WindowLine]:
-    rows = _rows(url, select(
+    rows = read_rows(url, select(
         MaintenanceWindowRow.id, MaintenanceWindowRow.pool, MaintenanceWindowRow.node,
         MaintenanceWindowRow.start, MaintenanceWindowRow.end, MaintenanceWindowRow.reason,
         MaintenanceWindowRow.created))
-    return {row.id: WindowLine(row.id, row.pool, row.node, _to_the_second(row.start),
-                               _to_the_second(row.end), row.reason, _to_the_second(row.created))
+    return {row.id: WindowLine(row.id, row.pool, row.node, to_the_second(row.start),
+                               to_the_second(row.end), row.reason, to_the_second(row.created))
             for row in rows}
 
 
 def _calendar_links(url: str) -> dict[str, str]:
-    return dict(_rows(url, select(FeedTokenRow.user, FeedTokenRow.token_hash)))
+    return dict(read_rows(url, select(FeedTokenRow.user, FeedTokenRow.token_hash)))
