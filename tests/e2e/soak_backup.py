@@ -120,21 +120,22 @@ class Backups:
 
     @staticmethod
     def read_waits(file: Path) -> set[int]:
-        connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            return {row[0] for row in connection.execute("SELECT id FROM waits")}
-        finally:
-            connection.close()
+        return {row[0] for row in backup_rows(file, "SELECT id FROM waits")}
 
     @staticmethod
     def read(file: Path) -> tuple[set[int], list[int]]:
-        # read-only: a file deleted meanwhile is an error, not a new empty database
-        connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            held = {row[0] for row in connection.execute("SELECT id FROM bookings")}
-            without_history = [row[0] for row in connection.execute(
-                "SELECT id FROM bookings WHERE NOT EXISTS (SELECT 1 FROM booking_events "
-                "WHERE booking_events.booking_id = bookings.id AND kind = 'created') ORDER BY id")]
-        finally:
-            connection.close()
+        held = {row[0] for row in backup_rows(file, "SELECT id FROM bookings")}
+        without_history = [row[0] for row in backup_rows(
+            file, "SELECT id FROM bookings WHERE NOT EXISTS (SELECT 1 FROM booking_events "
+            "WHERE booking_events.booking_id = bookings.id AND kind = 'created') ORDER BY id")]
         return held, without_history
+
+
+def backup_rows(file: Path, query: str) -> list[tuple]:
+    """The rows ``query`` selects from the SQLite backup ``file``, opened read-only: a file
+    deleted meanwhile is an error, not a new empty database."""
+    connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return connection.execute(query).fetchall()
+    finally:
+        connection.close()

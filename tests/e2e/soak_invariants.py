@@ -42,8 +42,6 @@ from fractions import Fraction
 
 from soak_capacity import wait_fits
 from soak_json import (
-    HUB_SERVER_KEY,
-    HUB_USER_KEY,
     booked_hours,
     booking_over,
     not_covered,
@@ -55,7 +53,7 @@ from soak_json import (
 )
 
 from jhub_gpubooking.admission.claims import POD_CREATE_WINDOW
-from jhub_gpubooking.admission.review import holder_pod
+from jhub_gpubooking.admission.review import SERVERNAME_KEY, USERNAME_KEY, holder_pod
 from jhub_gpubooking.core.timegrid import parse_time
 from jhub_gpubooking.gpu import pod_placement
 
@@ -96,8 +94,8 @@ class Snapshot:
         found = {}
         for pod in self.live_pods():
             annotations = pod["metadata"].get("annotations") or {}
-            if HUB_USER_KEY in annotations:
-                found[(annotations[HUB_USER_KEY], annotations.get(HUB_SERVER_KEY, ""))] = pod
+            if USERNAME_KEY in annotations:  # KubeSpawner's, on every Hub server's pod
+                found[(annotations[USERNAME_KEY], annotations.get(SERVERNAME_KEY, ""))] = pod
         return found
 
 

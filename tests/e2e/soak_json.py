@@ -10,9 +10,6 @@ from jhub_gpubooking.admission.rules import is_gpu_resource
 from jhub_gpubooking.core.timegrid import parse_time
 from jhub_gpubooking.gpu import BOOKING_ID_KEY, pod_placement
 
-HUB_USER_KEY = "hub.jupyter.org/username"
-HUB_SERVER_KEY = "hub.jupyter.org/servername"
-
 
 def pod_is_live(pod: dict) -> bool:
     """Pending or running, and not being deleted: a pod that holds (or will hold) its GPUs."""

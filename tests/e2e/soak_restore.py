@@ -18,14 +18,13 @@ booking the restore gave back still covering it.
 from __future__ import annotations
 
 import re
-import sqlite3
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from e2e_harness import Driver
-from soak_backup import BACKUP_SECONDS
+from soak_backup import BACKUP_SECONDS, backup_rows
 from soak_invariants import Restore, SoakFailure
 from soak_json import pod_booking_id
 
@@ -45,11 +44,7 @@ def now() -> datetime:
 
 def booking_rows(file: Path) -> dict[int, tuple]:
     """Every row of the bookings table of a SQLite backup, by id."""
-    connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        return {row[0]: row for row in connection.execute("SELECT * FROM bookings")}
-    finally:
-        connection.close()
+    return {row[0]: row for row in backup_rows(file, "SELECT * FROM bookings")}
 
 
 class Restores:
