@@ -5,8 +5,10 @@ The mutating webhook claims a booking for the first pod it admits on it, with th
 ``pod:<namespace>/<name>`` (:func:`.review.pod_holder`), so the lifecycle rules see the booking
 in use exactly as when a Hub server claims it. A pod's end is not an admission event (a finished
 pod stays until someone deletes it), so the service reconciles these claims against the cluster
-in every lifecycle tick: :func:`decide_claim` is the pure rule, :class:`PodClaims` does the I/O
-with ``kubernetes_asyncio`` (the store's calls run in the service's executor).
+in every lifecycle tick, from one listing of the labelled pods of each namespace holding claims
+(a claimed pod missing from it is read): :func:`decide_claim` is the pure rule,
+:class:`PodClaims` does the I/O with ``kubernetes_asyncio`` (the store's calls run in the
+service's executor).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from ..core.model import Booking
 from ..executor import in_executor
+from ..gpu import BOOKING_ID_KEY
 from .review import POD_HOLDER_PREFIX, holder_pod
 
 log = logging.getLogger(__name__)
@@ -106,6 +109,21 @@ class PodClaims:
                 return None
             raise
 
+    async def _list_namespace(self, api: Any, namespace: str) -> dict[str, PodFacts] | None:
+        """The facts of ``namespace``'s pods carrying the booking-id label, by name (the
+        webhook labels every pod it claims a booking for); None when the service may not list
+        pods there (an RBAC grant from before 0.2.0 allowed only reads): then each claimed pod
+        is read."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            pods = await api.list_namespaced_pod(namespace, label_selector=BOOKING_ID_KEY)
+        except ApiException as error:
+            log.debug("Pods of namespace %s not listed (%s %s): reading each claimed pod",
+                      namespace, error.status, error.reason)
+            return None
+        return {pod.metadata.name: pod_facts(pod) for pod in pods.items}
+
     async def _core_api(self, api_client: Any) -> Any:
         from kubernetes_asyncio.client import CoreV1Api
 
@@ -124,12 +142,21 @@ class PodClaims:
             return done
         async with api_client:
             api = await self._core_api(api_client)
+            # one listing per namespace holding claims, not a read per claimed pod
+            listed: dict[str, dict[str, PodFacts] | None] = {}
             for booking, claimed_at in held:
                 pod = holder_pod(booking.server)
                 try:
                     if pod is None:
                         raise ValueError(f"holder {booking.server!r} names no pod")
-                    facts = await self._read_pod(api, *pod)
+                    namespace, name = pod
+                    if namespace not in listed:
+                        listed[namespace] = await self._list_namespace(api, namespace)
+                    facts = (listed[namespace] or {}).get(name)
+                    if facts is None:
+                        # not among the labelled pods listed: gone, not stored yet, or its
+                        # label taken off since admission; only a read tells which
+                        facts = await self._read_pod(api, *pod)
                     action = decide_claim(booking, claimed_at, facts, now, self.grace)
                     if action is ClaimAction.DELETE_POD:
                         await delete_pod(api, *pod)

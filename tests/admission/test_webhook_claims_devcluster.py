@@ -94,3 +94,73 @@ async def test_a_claim_whose_pod_never_appeared_is_released_after_the_create_win
     assert store.get(booking.id).server == "pod:alice-jobs/refused-later"
     await service.lifecycle.tick(at(10, 6) + timedelta(seconds=1))
     assert store.get(booking.id).server is None
+
+
+async def test_the_reconcile_lists_claimed_pods_and_reads_only_those_not_listed(
+        cluster_and_service, monkeypatch):
+    """One listing per namespace holding claims instead of a read per claimed pod; a claimed
+    pod missing from it is read: gone (released) or its label taken off (still running, kept)."""
+    from kubernetes_asyncio.client import CoreV1Api
+
+    core, service = cluster_and_service
+    store = service.store
+    reads = []
+    read = CoreV1Api.read_namespaced_pod
+
+    async def counted_read(api, name, namespace, **kwargs):
+        reads.append(name)
+        return await read(api, name, namespace, **kwargs)
+
+    first = store.create("alice", "a100", 1, at(10), at(11))
+    second = store.create("alice", "a100", 1, at(10), at(11))
+    for name in ("one", "two"):
+        await core.create_namespaced_pod("alice-jobs", running_gpu_pod(name))
+        await wait_for_phase(core, name, {"Running"})
+    booking_of = {store.get(b.id).server: b.id for b in (first, second)}
+    assert set(booking_of) == {"pod:alice-jobs/one", "pod:alice-jobs/two"}
+    monkeypatch.setattr(CoreV1Api, "read_namespaced_pod", counted_read)
+
+    await service.lifecycle.tick(at(10, 30))
+    assert reads == []  # both listed: nothing read, nothing released
+    assert all(store.get(b).server == holder for holder, b in booking_of.items())
+
+    await core.patch_namespaced_pod(
+        "one", "alice-jobs", {"metadata": {"labels": {"gpubooking.jupyter.org/booking-id": None}}})
+    await core.delete_namespaced_pod("two", "alice-jobs")
+    await wait_for_phase(core, "two", {None})
+    reads.clear()
+    await service.lifecycle.tick(at(10, 31))
+    assert sorted(reads) == ["one", "two"]
+    assert store.get(booking_of["pod:alice-jobs/one"]).server == "pod:alice-jobs/one"
+    assert store.get(booking_of["pod:alice-jobs/two"]).server is None
+
+
+async def test_without_list_on_pods_the_reconcile_reads_each_claimed_pod(
+        cluster_and_service, monkeypatch):
+    """A service account granted only reads (pod-claims-rbac.yaml before 0.2.0) keeps working."""
+    from kubernetes_asyncio.client import CoreV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    core, service = cluster_and_service
+    store = service.store
+    booking = store.create("alice", "a100", 1, at(10), at(11))
+    await core.create_namespaced_pod("alice-jobs", running_gpu_pod("only"))
+    await wait_for_phase(core, "only", {"Running"})
+    reads = []
+    read = CoreV1Api.read_namespaced_pod
+
+    async def counted_read(api, name, namespace, **kwargs):
+        reads.append(name)
+        return await read(api, name, namespace, **kwargs)
+
+    async def forbidden(api, namespace, **kwargs):
+        raise ApiException(status=403, reason="Forbidden")
+
+    monkeypatch.setattr(CoreV1Api, "read_namespaced_pod", counted_read)
+    monkeypatch.setattr(CoreV1Api, "list_namespaced_pod", forbidden)
+    await service.lifecycle.tick(at(10, 30))
+    assert reads == ["only"] and store.get(booking.id).server == "pod:alice-jobs/only"
+    await core.delete_namespaced_pod("only", "alice-jobs")
+    await wait_for_phase(core, "only", {None})
+    await service.lifecycle.tick(at(10, 31))
+    assert store.get(booking.id).server is None
