@@ -42,7 +42,8 @@ async def service_on_cluster(folder, now: datetime, namespaces: tuple[str, ...],
         )
         service.setup()
         if webhook:
-            service.webhook.start()
+            # as GPUBookingService.serve starts it (the lifecycle's loop only where a test starts it)
+            service.webhook.start(first_check=service.lifecycle.after_first_check)
         try:
             # HTTPS, trusting the devcluster's CA
             async with client.ApiClient(cluster.client_configuration()) as api:

@@ -70,7 +70,13 @@ REVIEW_QUEUE_SECONDS = 3.0
 BODY_TIMEOUT_SECONDS = 10.0
 IDLE_CONNECTION_SECONDS = 60.0
 
+#: Seconds a review that would claim a booking waits for the service's first check of the
+#: running servers and pods after it started (before the slot's wait: the two stay under 5 s).
+FIRST_CHECK_SECONDS = 1.5
+
 BUSY = "The GPU booking service is busy; try again in a moment."
+STARTING = ("The GPU booking service has just started and is still checking the pods and "
+            "servers that run on bookings; create the pod again in a few seconds.")
 UNAVAILABLE = "The GPU booking check could not finish; try again in a moment."
 
 
@@ -88,8 +94,11 @@ class AdmissionHandler(web.RequestHandler):
     def initialize(self, store: Any, executor: Executor, clock: Clock,
                    admission_settings: Callable[[], AdmissionSettings],
                    group_members: GroupMembers, review_slots: asyncio.Semaphore,
-                   client_names: Collection[str] = ()) -> None:
+                   client_names: Collection[str] = (),
+                   first_check: Callable[[float], Awaitable[bool]] | None = None) -> None:
+        """``first_check(timeout)``: the lifecycle's ``after_first_check`` (None: none)."""
         self.store = store
+        self.first_check = first_check
         self.executor = executor
         self.clock = clock
         self.admission_settings = admission_settings
@@ -134,6 +143,11 @@ class AdmissionHandler(web.RequestHandler):
         # pods without GPUs (most of them) are answered without touching the database
         if owner is None or not wants_gpus(pod, settings):
             return review(pod, namespace, creator, settings, [], self.clock.now())
+        if (self.with_patch and self.first_check is not None
+                and not await self.first_check(FIRST_CHECK_SECONDS)):
+            # a booking a pod or server runs on may look unclaimed until that check: a claim
+            # now could put this pod on it beside them
+            return Verdict(allowed=False, message=STARTING)
         try:
             await asyncio.wait_for(self.review_slots.acquire(), REVIEW_QUEUE_SECONDS)
         except asyncio.TimeoutError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -136,8 +137,10 @@ class AdmissionWebhook(LoggingConfigurable):
             booking_page_url=self.booking_page_url,
         )
 
-    def start(self) -> None:
-        """Start the webhook's server, if on (inside the running event loop)."""
+    def start(self, first_check: Callable[[float], Awaitable[bool]] | None = None) -> None:
+        """Start the webhook's server, if on (inside the running event loop). Reviews that
+        would claim a booking wait for ``first_check`` (the lifecycle's
+        ``after_first_check``) briefly, and are refused while it runs."""
         if not self.webhook_port:
             return
         app = webhook_app(
@@ -145,7 +148,7 @@ class AdmissionWebhook(LoggingConfigurable):
             admission_settings=self.admission_settings,
             group_members=hub_group_members(self.hub_api_url, self.api_token),
             review_slots=asyncio.Semaphore(max(1, self.webhook_max_concurrent_reviews)),
-            client_names=tuple(self.webhook_client_names),
+            client_names=tuple(self.webhook_client_names), first_check=first_check,
         )
         self.server, port, certificate = start_webhook_server(
             app, self.webhook_port, self.webhook_address, self.webhook_certfile,

@@ -21,7 +21,14 @@ from ..core.model import Booking, BookingState, checked_text, parse_amount
 from ..core.timegrid import ceil_to_grid, floor_to_grid, parse_time
 from ..db.next_free import next_free
 from .base import AUTHENTICATION_REQUIRED, BaseHandler, Principal, checked_user, refusal
-from .claims import IN_USE, POOL_UNKNOWN, PoolClaimRefused, claim_in_pool, holder_check
+from .claims import (
+    IN_USE,
+    POOL_UNKNOWN,
+    PoolClaimRefused,
+    after_first_check,
+    claim_in_pool,
+    holder_check,
+)
 from .serialize import (
     availability_json,
     booking_json,
@@ -340,6 +347,7 @@ class ClaimHandler(APIHandler):
     async def post(self, booking_id: str) -> None:
         server = self.server_name()
         booking = await self.readable_booking(booking_id)
+        await after_first_check(self.service)
         is_running = holder_check(self.service, booking, asyncio.get_running_loop())
         claimed = await self.run_in_executor(
             self.store.claim, booking.id, server, is_running=is_running

@@ -569,8 +569,8 @@ class GPUBookingService(Application):
         server = HTTPServer(self.tornado_app, xheaders=True)
         server.listen(listen.port or 80, listen.hostname or "127.0.0.1")
         self.inventory.start()
-        self.webhook.start()
         self.lifecycle.start()
+        self.webhook.start(first_check=self.lifecycle.after_first_check)
         self.backups.start()
         self.log.info(
             "GPU booking service %s listening on %s (prefix %s)",

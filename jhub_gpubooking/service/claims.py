@@ -66,6 +66,16 @@ async def holder_in_use(service: Any, booking: Booking, holder: str) -> bool | N
     return server_in_use(servers, holder, booking.id)
 
 
+async def after_first_check(service: Any) -> None:
+    """Hold a claim made just after the service started until its first tick has compared the
+    running servers and pods with the database (:meth:`.lifecycle.Lifecycle.after_first_check`):
+    after a restore, a booking one of them runs on is unclaimed until then, and a claim would
+    put a second server on its GPUs."""
+    if not await service.lifecycle.after_first_check():
+        service.log.warning("A claim goes ahead before the first check of the running servers "
+                            "and pods finished; the next check puts right what it gets wrong")
+
+
 def holder_check(
     service: Any, booking: Booking, loop: asyncio.AbstractEventLoop
 ) -> Callable[[str], bool | None]:
@@ -92,6 +102,7 @@ async def claim_in_pool(
     """Claim ``user``'s booking in ``pool`` for ``server`` (the Hub server name), or raise
     :class:`PoolClaimRefused`. ``chosen`` is the booking the user picked in the chooser; when
     it is not active in the pool the default order applies, as for a start without a choice."""
+    await after_first_check(service)
     loop = asyncio.get_running_loop()
     now = service.clock.now()
 

@@ -32,6 +32,10 @@ from ..executor import in_executor
 from .base import hub_user_model
 from .hub_servers import stop_hub_server, user_servers
 
+#: How long a claim made just after the service started waits for the first tick's checks of
+#: the running servers and admitted pods (:meth:`Lifecycle.after_first_check`).
+FIRST_CHECK_WAIT_SECONDS = 30.0
+
 
 class Lifecycle(LoggingConfigurable):
     """Warnings before the end, stops at the end, no-show and stopped-server releases."""
@@ -130,6 +134,9 @@ class Lifecycle(LoggingConfigurable):
         # several service processes may share a PostgreSQL/MariaDB database: one ticks at a time
         self.lock = DatabaseLock(self.db_engine, "jhub_gpubooking.lifecycle")
         self._task: asyncio.Task | None = None
+        # unset from start() until the first tick has compared the running servers and pods
+        # with the database (see after_first_check); None: no periodic tick, nothing to wait for
+        self._first_check: asyncio.Event | None = None
 
     @property
     def early_starts(self) -> EarlyStarts:
@@ -154,6 +161,7 @@ class Lifecycle(LoggingConfigurable):
         # pods the webhook admitted, from the cluster's side, before the no-show rule too
         if self.webhook is not None:
             await self.webhook.check_admitted_pods(now)
+        self._first_check_done()
         await self.expire_stale_claims(now)
         actions = await in_executor(self.executor, self.bookings.due, now)
         for action in actions:
@@ -298,7 +306,29 @@ class Lifecycle(LoggingConfigurable):
 
     def start(self) -> None:
         if self.lifecycle_interval_seconds > 0:
+            self._first_check = asyncio.Event()
             self._task = asyncio.ensure_future(self._loop())
+
+    async def after_first_check(self, timeout: float = FIRST_CHECK_WAIT_SECONDS) -> bool:
+        """Wait, up to ``timeout`` seconds, until the first tick since the service started
+        has compared the Hub's running servers and the admitted pods with the database; True
+        once it has (or there is no periodic tick), False if it is still running.
+
+        Claims wait for it: after a restore of the booking database, a booking a server or pod
+        still runs on is back unclaimed until that check records its claim, and in the
+        meantime another server or pod could claim it too and run a second time on its GPUs.
+        """
+        if self._first_check is None or self._first_check.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._first_check.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def _first_check_done(self) -> None:
+        if self._first_check is not None and not self._first_check.is_set():
+            self._first_check.set()
 
     def stop(self) -> None:
         if self._task is not None:
@@ -332,4 +362,7 @@ class Lifecycle(LoggingConfigurable):
                     )
                 else:
                     self.log.exception("Lifecycle tick failed; trying again next interval")
+            # claims wait no longer than this first tick, even one skipped (another process
+            # ticks) or failed: the next check puts right what a claim in between got wrong
+            self._first_check_done()
             await asyncio.sleep(self.lifecycle_interval_seconds)

@@ -164,3 +164,52 @@ async def test_without_list_on_pods_the_reconcile_reads_each_claimed_pod(
     await wait_for_phase(core, "only", {None})
     await service.lifecycle.tick(at(10, 31))
     assert store.get(booking.id).server is None
+
+
+async def test_claims_wait_for_the_first_check_after_the_service_starts(tmp_path):
+    """After a restore a booking a pod runs on is back unclaimed until the first tick's check
+    of the admitted pods records its claim: until then a Hub server's claim waits, and a new
+    pod's review is refused, so neither runs beside the pod on its GPUs."""
+    async with webhook_cluster(tmp_path, datetime.now(timezone.utc)) as (core, service):
+        await _claims_wait_for_the_first_check(core, service)
+
+
+async def _claims_wait_for_the_first_check(core, service) -> None:
+    from jhub_gpubooking.admission.server import STARTING
+    from jhub_gpubooking.service.claims import IN_USE, PoolClaimRefused, claim_in_pool
+
+    store = service.store
+    # the clock is the API server's here: the check compares the pod's creation with the booking's
+    now = service.clock.now().replace(second=0, microsecond=0)
+    start = now - timedelta(minutes=now.minute % 15)
+    booking = store.create("alice", "a100", 2, start, start + timedelta(hours=1))
+    await core.create_namespaced_pod("alice-jobs", running_gpu_pod("kept", gpus="2"))
+    await wait_for_phase(core, "kept", {"Running"})
+    store.release(booking.id, "pod:alice-jobs/kept")  # as a restore gives it back unclaimed
+
+    # the first tick is slow to reach the Hub, as just after a restart
+    hub_answers = asyncio.Event()
+    check_servers = service.lifecycle.hub_servers.check
+
+    async def slow_check(now):
+        await hub_answers.wait()
+        return await check_servers(now)
+
+    service.lifecycle.hub_servers.check = slow_check
+    service.lifecycle.start()
+    try:
+        claim = asyncio.ensure_future(
+            claim_in_pool(service, "alice", service.pool_objects["a100"], "gpu"))
+        await asyncio.sleep(0.5)
+        assert not claim.done() and store.get(booking.id).server is None
+        with pytest.raises(Exception) as refused:
+            await core.create_namespaced_pod("alice-jobs", running_gpu_pod("second", gpus="2"))
+        assert json.loads(refused.value.body)["message"].endswith(STARTING)
+
+        hub_answers.set()  # the check records the running pod's claim; then the claim goes on
+        with pytest.raises(PoolClaimRefused) as in_use:
+            await asyncio.wait_for(claim, 10)
+        assert in_use.value.reason == IN_USE
+        assert store.get(booking.id).server == "pod:alice-jobs/kept"
+    finally:
+        service.lifecycle.stop()
