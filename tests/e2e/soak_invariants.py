@@ -180,6 +180,8 @@ class InvariantChecker:
         self._ended_waits: dict[int, tuple[str, int | None]] = {}
         #: servers ready since: their booking, since when, the placement their pod was made for
         self._ready: dict[ServerKey, tuple[int | None, datetime, tuple | None]] = {}
+        #: watched servers whose booking the last snapshot showed over (their stop was due)
+        self._due: set[ServerKey] = set()
         self._podless_claims: dict[tuple[int, str], datetime] = {}
         self._listed: tuple[dict[int, dict], dict[int, dict]] = ({}, {})
         self._made: dict[int, dict] = {}  # every booking listed, as it was first made
@@ -266,6 +268,8 @@ class InvariantChecker:
             if booking is not None and booking.get("release_reason") == "preempted":
                 continue  # an opportunistic grant yields at once to the booking that needs it
             user, name = key
+            if key in self._due and facts.undone_by_restore(booking_id, since):
+                continue  # stopped as its booking ended, then a restore gave back a longer one
             if facts.undone_by_restore(booking_id, since) and not (
                     booking is not None and booking["state"] == "active"
                     and booking["server"] in (None, name)
@@ -285,6 +289,9 @@ class InvariantChecker:
             watched[key] = ((pod_booking_id(pod), since, pod_placement(pod)) if pod
                             else (known_id, since, made_for))
         self._ready = watched
+        self._due = {key for key, (booking_id, _since, _made_for) in watched.items()
+                     if (booking := snapshot.bookings.get(booking_id)) is not None
+                     and booking_over(booking, snapshot.now) is not None}
         return violations
 
     def extended_servers_outlive_the_old_end(

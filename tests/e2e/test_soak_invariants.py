@@ -177,6 +177,14 @@ def test_a_restore_has_the_slack_to_stop_what_runs_on_what_it_undid():
     checker.check(running, WalkFacts())
     checker.restored(restore({1, 2, 3}, bookings=moved_back), given={1, 2, 3})
     assert checker.check(snapshot(moved_back), facts) == []
+    # ... or its booking had ended, so the service was stopping it, and the restore gave back
+    # the backup's longer booking
+    ending = snapshot([booking(1, 0, 2, user="bob")], running.pods, running.servers)
+    checker = InvariantChecker(grace=timedelta(0), slack=timedelta(seconds=20))
+    checker.check(running, WalkFacts())
+    checker.check(ending, WalkFacts())  # the server is still there: its stop is under way
+    checker.restored(restore({1, 2, 3}, bookings=kept_back), given={1, 2, 3})
+    assert checker.check(snapshot(kept_back), facts) == []
 
 
 def test_a_restore_lists_the_backups_bookings_and_gives_no_id_twice():
