@@ -179,18 +179,28 @@ class BookingChecks:
         moves = room(end)
         if moves is not None:
             return moves
-        node = booking.placement.node
+        taken = self.taken_by(booking, taken_from)
         latest = self.latest_end_with_room(room, taken_from, end)
         if latest > taken_from:
             raise Conflict(
-                f"The GPU this booking holds on {node} is taken from {clock_time(taken_from)}; "
-                "moving bookings that have not started to other GPUs makes room until "
-                f"{clock_time(latest)} at most."
+                f"{taken}; moving bookings that have not started to other GPUs makes room "
+                f"until {clock_time(latest)} at most."
             )
-        raise Conflict(
-            f"The GPU this booking holds on {node} is taken from {clock_time(taken_from)}; the "
-            f"booking can be extended to {clock_time(taken_from)} at most."
-        )
+        raise Conflict(f"{taken}; the booking can be extended to {clock_time(taken_from)} at "
+                       "most.")
+
+    def taken_by(self, booking: Booking, when: datetime) -> str:
+        """What takes ``booking``'s GPUs at ``when``, for a refusal: a maintenance window of its
+        node (the user cannot see those on the page), else other bookings."""
+        node = booking.placement.node
+        _, windows = self.overlapping(booking.pool, when, when + timedelta(seconds=1), node)
+        window = min((w for w in windows if w.covers(node)), key=lambda w: w.start, default=None)
+        if window is None:
+            return f"The GPU this booking holds on {node} is taken from {clock_time(when)}"
+        which = f"Node {node}" if window.node is not None else f"Pool {booking.pool}"
+        reason = f" ({window.reason})" if window.reason else ""
+        return (f"{which} is down for maintenance from {clock_time(window.start)} to "
+                f"{clock_time(window.end)}{reason}")
 
     def latest_end_with_room(self, room: Callable[[datetime], tuple[Move, ...] | None],
                              fits_until: datetime, limit: datetime) -> datetime:

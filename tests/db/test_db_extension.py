@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from db_test_times import at
 
-from jhub_gpubooking.core.errors import BookingError, NotFound
+from jhub_gpubooking.core.errors import BookingError, Conflict, NotFound
 
 WEEK = timedelta(days=7)
 SLOT = timedelta(minutes=15)
@@ -169,3 +169,19 @@ def test_the_first_look_reads_only_the_bookings_on_the_booking_s_node(store, mon
     _, max_end, _ = store.largest_extension(running.id, WEEK, is_admin=True)
     assert max_end == at(11) + WEEK
     assert loaded == []  # (the booking itself is read by its id) none of node-b's
+
+
+def test_an_extension_into_maintenance_names_the_window(store):
+    """The page does not show maintenance windows to users: the refusal says what takes the GPU."""
+    booking = store.create("alice", "t4", 1, at(10), at(11))
+    store.add_maintenance("t4", at(11), at(12), node="node-c", reason="firmware")
+    with pytest.raises(Conflict) as refused:
+        store.change_end(booking.id, at(12), actor="alice")
+    assert refused.value.message == (
+        "Node node-c is down for maintenance from 2030-01-07 11:00 UTC to 2030-01-07 12:00 UTC "
+        "(firmware); the booking can be extended to 2030-01-07 11:00 UTC at most.")
+    store.add_maintenance("t4", at(10, 45), at(11, 30))  # the pool's, the earlier: named
+    with pytest.raises(Conflict) as refused:
+        store.change_end(booking.id, at(11, 30), actor="alice")
+    assert refused.value.message.startswith(
+        "Pool t4 is down for maintenance from 2030-01-07 10:45 UTC to 2030-01-07 11:30 UTC;")
