@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 from .errors import InvalidRequest
+from .timegrid import span_text
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -359,6 +360,13 @@ class MaintenanceWindow:
 
     def covers(self, node: str) -> bool:
         return self.node is None or self.node == node
+
+    def describe(self) -> str:
+        """For a refusal (users do not see maintenance windows on the page): ``Node n1 is down
+        for maintenance from 2030-01-07 11:00 to 12:00 UTC (firmware)``."""
+        which = f"Node {self.node}" if self.node is not None else f"Pool {self.pool}"
+        reason = f" ({self.reason})" if self.reason else ""
+        return f"{which} is down for maintenance from {span_text(self.start, self.end)}{reason}"
 
     overlaps = Booking.overlaps  # the same half-open [start, end) rule as a booking's
 

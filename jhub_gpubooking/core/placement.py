@@ -26,7 +26,7 @@ from typing import Any
 
 from .errors import InvalidRequest, NoCapacity
 from .model import Booking, MaintenanceWindow, Placement, Pool, format_amount
-from .timegrid import as_utc
+from .timegrid import as_utc, span_text
 
 #: A GPU of a pool, addressed as (node name, index on the node).
 GpuKey = tuple[str, int]
@@ -271,10 +271,11 @@ def place(
     start, end = _check_interval(start, end)
     amount = Fraction(amount)
     slices = pool.amount_to_slices(amount)
+    maintenance = tuple(maintenance)
     table = UsageTable(pool, existing, start, end, maintenance)
     placement = _best_fit(pool, table.gpus, table.peaks(0, table.pieces), amount, slices)
     if placement is None:
-        raise _no_capacity(pool, table, amount, slices)
+        raise _no_capacity(pool, table, amount, slices, maintenance)
     return placement
 
 
@@ -295,8 +296,10 @@ def fit(
                      pool.amount_to_slices(amount))
 
 
-def _no_capacity(pool: Pool, table: UsageTable, amount: Fraction, slices: int) -> NoCapacity:
-    """The refusal for a request that fits nowhere: the earliest-ending full interval."""
+def _no_capacity(pool: Pool, table: UsageTable, amount: Fraction, slices: int,
+                 maintenance: Sequence[MaintenanceWindow] = ()) -> NoCapacity:
+    """The refusal for a request that fits nowhere: the earliest-ending full interval, and the
+    maintenance windows in it (users do not see those on the page)."""
 
     def fits(peaks: list[int]) -> bool:
         return _best_fit(pool, table.gpus, peaks, amount, slices) is not None
@@ -331,19 +334,16 @@ def _no_capacity(pool: Pool, table: UsageTable, amount: Fraction, slices: int) -
         still_free = "no GPU is free then"
     message = (
         f"No {pool.display_name} capacity for {_gpus(amount)} "
-        f"from {_span(full_start, full_end)}: {still_free}."
+        f"from {span_text(full_start, full_end)}: {still_free}."
     )
+    down = sorted((w for w in maintenance if w.overlaps(full_start, full_end)),
+                  key=lambda w: (w.start, w.node or ""))
+    message += "".join(f" {window.describe()}." for window in down)
     return NoCapacity(message, full_start, full_end, largest)
 
 
 def _gpus(amount: Fraction) -> str:
     return f"{format_amount(amount)} GPU{'s' if amount > 1 else ''}"
-
-
-def _span(start: datetime, end: datetime) -> str:
-    """'2026-11-22 14:00 to 15:00 UTC' (the date repeated only when it changes)."""
-    end_format = "%H:%M" if end.date() == start.date() else "%Y-%m-%d %H:%M"
-    return f"{start:%Y-%m-%d %H:%M} to {end.strftime(end_format)} UTC"
 
 
 def availability(

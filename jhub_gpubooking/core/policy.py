@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import Conflict, PolicyViolation
 from .model import Booking, BookingState, format_amount
-from .timegrid import as_utc
+from .timegrid import as_utc, clock_text, span_text
 
 PERIODS = ("week", "month")
 _PERIOD_DAYS = {"week": Fraction(7), "month": Fraction(36525, 1200)}  # a month on average
@@ -297,7 +297,7 @@ def _check_days_ahead(policy: Policy, request: Booking, now: datetime) -> None:
         raise PolicyViolation(
             "max_days_ahead",
             f"Bookings can start at most {float(policy.max_days_ahead):g} days ahead (until "
-            f"{_when(latest_start)}); this one starts {_when(request.start)}.",
+            f"{clock_text(latest_start)}); this one starts {clock_text(request.start)}.",
         )
 
 
@@ -330,19 +330,19 @@ def _check_cooldown(policy: Policy, request: Booking, others: list[Booking]) -> 
             raise PolicyViolation(
                 "cooldown_minutes",
                 f"{rule}; this one overlaps your booking from "
-                f"{_span(other.start, other.end)}.",
+                f"{span_text(other.start, other.end)}.",
             )
         if other.end <= request.start and request.start - other.end < cooldown:
             raise PolicyViolation(
                 "cooldown_minutes",
                 f"{rule}; this one starts {_duration(request.start - other.end)} after your "
-                f"booking that ends {_when(other.end)}.",
+                f"booking that ends {clock_text(other.end)}.",
             )
         if request.end <= other.start and other.start - request.end < cooldown:
             raise PolicyViolation(
                 "cooldown_minutes",
                 f"{rule}; this one ends {_duration(other.start - request.end)} before your "
-                f"booking that starts {_when(other.start)}.",
+                f"booking that starts {clock_text(other.start)}.",
             )
 
 
@@ -397,7 +397,7 @@ def cancel_outcome(booking: Booking, now: datetime) -> Booking:
         raise Conflict(f"{label} is already cancelled.")
     if state is BookingState.ENDED:
         raise Conflict(
-            f"{label} already ended at {_when(booking.end)}; there is nothing to cancel."
+            f"{label} already ended at {clock_text(booking.end)}; there is nothing to cancel."
         )
     if state is BookingState.UPCOMING or now <= booking.start:
         return booking.with_changes(status="cancelled")
@@ -432,15 +432,5 @@ def _hours(value: Fraction, whole: bool = False) -> str:
     return text + "0" if text.endswith(".") else text
 
 
-def _when(moment: datetime) -> str:
-    return f"{as_utc(moment):%Y-%m-%d %H:%M} UTC"
-
-
-def _span(start: datetime, end: datetime) -> str:
-    start, end = as_utc(start), as_utc(end)
-    end_text = f"{end:%H:%M}" if end.date() == start.date() else f"{end:%Y-%m-%d %H:%M}"
-    return f"{start:%Y-%m-%d %H:%M} to {end_text} UTC"
-
-
 def _weekday_and_time(moment: datetime) -> str:
-    return f"{_WEEKDAYS[moment.weekday()]} {_when(moment)}"
+    return f"{_WEEKDAYS[moment.weekday()]} {clock_text(moment)}"

@@ -55,6 +55,20 @@ def parse_time(text: str, field: str = "time") -> datetime:
     return parsed
 
 
+def clock_text(when: datetime) -> str:
+    """A time as refusals and notices write it: ``2030-01-07 10:00 UTC`` (the reservation page
+    shows such times in the browser's zone)."""
+    return f"{as_utc(when):%Y-%m-%d %H:%M} UTC"
+
+
+def span_text(start: datetime, end: datetime) -> str:
+    """An interval as refusals write it: ``2030-01-07 10:00 to 11:00 UTC``, the end's date
+    repeated only when it differs."""
+    start, end = as_utc(start), as_utc(end)
+    end_text = f"{end:%H:%M}" if end.date() == start.date() else f"{end:%Y-%m-%d %H:%M}"
+    return f"{start:%Y-%m-%d %H:%M} to {end_text} UTC"
+
+
 def format_time(when: datetime | None) -> str | None:
     """ISO 8601 in UTC with a trailing ``Z`` (seconds precision)."""
     if when is None:

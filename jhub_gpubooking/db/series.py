@@ -19,7 +19,7 @@ from sqlalchemy import select
 from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
 from ..core.model import Booking, checked_text, parse_amount
 from ..core.recurrence import Occurrence
-from ..core.timegrid import as_utc, format_time
+from ..core.timegrid import format_time, span_text
 from .convert import booking_from_row
 from .models import BookingRow, BookingSeriesRow
 from .request_keys import (
@@ -53,7 +53,7 @@ class SeriesRefused(Conflict):
 
     def __init__(self, refusals: list[Refusal], total: int):
         listed = " ".join(
-            f"{_span(r.occurrence)}: {r.message}" for r in refusals
+            f"{span_text(r.occurrence.start, r.occurrence.end)}: {r.message}" for r in refusals
         )
         super().__init__(
             f"{len(refusals)} of {total} occurrences cannot be booked, so none was booked. "
@@ -180,7 +180,3 @@ def _series(row: BookingSeriesRow, bookings: list[Booking]) -> Series:
     )
 
 
-def _span(occurrence: Occurrence) -> str:
-    start, end = as_utc(occurrence.start), as_utc(occurrence.end)
-    end_text = f"{end:%H:%M}" if end.date() == start.date() else f"{end:%Y-%m-%d %H:%M}"
-    return f"{start:%Y-%m-%d %H:%M} to {end_text} UTC"

@@ -25,14 +25,14 @@ from ..core.errors import BookingError, Conflict, InvalidRequest, NotFound
 from ..core.exact_moves import DEFAULT_RETRY_SECONDS
 from ..core.exact_moves import DEFAULT_SECONDS as DEFAULT_EXACT_SECONDS
 from ..core.model import Booking, BookingState, MaintenanceWindow, Pool
-from ..core.timegrid import as_utc, floor_to_grid, format_time, is_on_grid
+from ..core.timegrid import as_utc, clock_text, floor_to_grid, format_time, is_on_grid
 from . import creates, maintenance
 from .convert import BookingEvent, booking_from_row, event_from_row, pool_config
 from .creates import MakeRoom, NewBooking
 from .models import BookingEventRow, BookingRow, PoolRow
 from .queries import overlapping, page, state_filter
 from .session import write_transaction
-from .unit_of_work import BookingChecks, UnitOfWork, clock_time
+from .unit_of_work import BookingChecks, UnitOfWork
 from .usage import close_usage
 
 # How late a "book now" may arrive: one sent in a slot's last seconds still gets that slot when
@@ -166,7 +166,7 @@ class BookingStore:
             before = floor_to_grid(when, self.slot_minutes)
             after = before + timedelta(minutes=self.slot_minutes)
             raise InvalidRequest(
-                f"The {field} time {clock_time(when)} is not on the {self.slot_minutes}-minute "
+                f"The {field} time {clock_text(when)} is not on the {self.slot_minutes}-minute "
                 f"booking grid; choose e.g. {before:%H:%M} or {after:%H:%M}."
             )
 
@@ -182,8 +182,8 @@ class BookingStore:
         # one that ended moments ago, for a "now" sent in its last seconds that arrives after it
         if start < floor_to_grid(now - LATE_BOOK_NOW, self.slot_minutes):
             raise InvalidRequest(
-                f"The start time {clock_time(start)} is in the past; start at "
-                f"{clock_time(current_slot)} (the current slot) or later."
+                f"The start time {clock_text(start)} is in the past; start at "
+                f"{clock_text(current_slot)} (the current slot) or later."
             )
 
     def policy_for(self, groups: Any = ()) -> booking_policy.Policy:
@@ -462,7 +462,7 @@ class BookingStore:
             state = booking.state(now)
             if state is BookingState.UPCOMING:
                 raise Conflict(
-                    f"This booking starts at {clock_time(booking.start)}; it cannot be used "
+                    f"This booking starts at {clock_text(booking.start)}; it cannot be used "
                     "before then."
                 )
             if state is not BookingState.ACTIVE:

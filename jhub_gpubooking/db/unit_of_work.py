@@ -30,7 +30,7 @@ from ..core import placement as placing
 from ..core import policy as booking_policy
 from ..core.errors import Conflict, InvalidRequest, NotFound
 from ..core.model import Booking, BookingState, MaintenanceWindow, Move, Placement, Replacement
-from ..core.timegrid import ceil_to_grid, floor_to_grid, format_time
+from ..core.timegrid import ceil_to_grid, clock_text, floor_to_grid, format_time
 from .convert import booking_from_new_row, booking_from_row, booking_row
 from .events import NewEvent, check_locked, insert_booking_and_event, insert_events
 from .models import BookingRow, PoolRow
@@ -99,11 +99,6 @@ def move_reach(request: Booking) -> tuple[datetime, datetime]:
     return request.start - MOVE_READ_MARGIN, request.end + MOVE_READ_MARGIN
 
 
-def clock_time(when: datetime) -> str:
-    """A time as refusals show it (the booking grid is in UTC, so is the text)."""
-    return f"{when:%Y-%m-%d %H:%M} UTC"
-
-
 class BookingChecks:
     """What a booking change checks, read on one transaction's session: a unit of work's, or a
     read transaction's when only asking whether a change would pass (nothing is locked then,
@@ -156,8 +151,8 @@ class BookingChecks:
         if end <= now:
             earliest = ceil_to_grid(now, self.store.slot_minutes)
             raise InvalidRequest(
-                f"The new end {clock_time(end)} is in the past; choose "
-                f"{clock_time(earliest)} or later."
+                f"The new end {clock_text(end)} is in the past; choose "
+                f"{clock_text(earliest)} or later."
             )
         if end == booking.end:
             return ()
@@ -184,9 +179,9 @@ class BookingChecks:
         if latest > taken_from:
             raise Conflict(
                 f"{taken}; moving bookings that have not started to other GPUs makes room "
-                f"until {clock_time(latest)} at most."
+                f"until {clock_text(latest)} at most."
             )
-        raise Conflict(f"{taken}; the booking can be extended to {clock_time(taken_from)} at "
+        raise Conflict(f"{taken}; the booking can be extended to {clock_text(taken_from)} at "
                        "most.")
 
     def taken_by(self, booking: Booking, when: datetime) -> str:
@@ -196,11 +191,8 @@ class BookingChecks:
         _, windows = self.overlapping(booking.pool, when, when + timedelta(seconds=1), node)
         window = min((w for w in windows if w.covers(node)), key=lambda w: w.start, default=None)
         if window is None:
-            return f"The GPU this booking holds on {node} is taken from {clock_time(when)}"
-        which = f"Node {node}" if window.node is not None else f"Pool {booking.pool}"
-        reason = f" ({window.reason})" if window.reason else ""
-        return (f"{which} is down for maintenance from {clock_time(window.start)} to "
-                f"{clock_time(window.end)}{reason}")
+            return f"The GPU this booking holds on {node} is taken from {clock_text(when)}"
+        return window.describe()
 
     def latest_end_with_room(self, room: Callable[[datetime], tuple[Move, ...] | None],
                              fits_until: datetime, limit: datetime) -> datetime:

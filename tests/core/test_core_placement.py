@@ -122,6 +122,20 @@ def test_refusal_names_the_full_hour_and_what_is_left(at, booking):
     assert refused.value.status == 409
 
 
+def test_refusal_names_the_maintenance_in_the_full_interval(at):
+    """Users do not see maintenance windows on the page: the refusal says why nothing is free."""
+    pool = quarter_pool(a=1, b=1)
+    windows = [MaintenanceWindow("a100", at(11), at(13), node="a", reason="firmware"),
+               MaintenanceWindow("a100", at(10), at(16), node="b"),
+               MaintenanceWindow("a100", at(17), at(18))]  # after the full interval: not named
+    with pytest.raises(NoCapacity) as refused:
+        place(pool, [], at(11), at(12), Fraction(1), windows)
+    assert refused.value.message == (
+        "No A100 capacity for 1 GPU from 2026-11-22 11:00 to 12:00 UTC: no GPU is free then. "
+        "Node b is down for maintenance from 2026-11-22 10:00 to 16:00 UTC. Node a is down for "
+        "maintenance from 2026-11-22 11:00 to 13:00 UTC (firmware).")
+
+
 def test_refusal_names_the_first_full_interval_of_a_long_request(at, booking):
     pool = quarter_pool(a=1)
     existing = [

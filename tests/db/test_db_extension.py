@@ -178,10 +178,10 @@ def test_an_extension_into_maintenance_names_the_window(store):
     with pytest.raises(Conflict) as refused:
         store.change_end(booking.id, at(12), actor="alice")
     assert refused.value.message == (
-        "Node node-c is down for maintenance from 2030-01-07 11:00 UTC to 2030-01-07 12:00 UTC "
-        "(firmware); the booking can be extended to 2030-01-07 11:00 UTC at most.")
+        "Node node-c is down for maintenance from 2030-01-07 11:00 to 12:00 UTC (firmware); the "
+        "booking can be extended to 2030-01-07 11:00 UTC at most.")
     store.add_maintenance("t4", at(10, 45), at(11, 30))  # the pool's, the earlier: named
     with pytest.raises(Conflict) as refused:
         store.change_end(booking.id, at(11, 30), actor="alice")
     assert refused.value.message.startswith(
-        "Pool t4 is down for maintenance from 2030-01-07 10:45 UTC to 2030-01-07 11:30 UTC;")
+        "Pool t4 is down for maintenance from 2030-01-07 10:45 to 11:30 UTC;")

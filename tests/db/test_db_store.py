@@ -230,7 +230,7 @@ def test_extension_refused_when_the_booked_gpu_is_taken_and_nothing_can_make_roo
 def test_extension_refused_into_maintenance(store):
     booking = store.create("alice", "a100", 1, at(10), at(11))
     store.add_maintenance("a100", at(11, 30), at(12), node=booking.placement.node)
-    with pytest.raises(Conflict, match="down for maintenance from 2030-01-07 11:30 UTC"):
+    with pytest.raises(Conflict, match="down for maintenance from 2030-01-07 11:30 to 12:00 UTC"):
         store.change_end(booking.id, at(12), actor="alice")
     assert store.change_end(booking.id, at(11, 30), actor="alice").end == at(11, 30)
 
