@@ -27,7 +27,7 @@ from .accounting import Interval, booking_totals
 from .errors import PolicyViolation
 from .model import Booking
 from .policy import PERIODS, gpu_hours, period_bounds
-from .timegrid import as_utc, format_time
+from .timegrid import as_utc, clock_text, format_time
 
 CHARGE_MODES = ("booked", "used")
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
@@ -158,5 +158,5 @@ def _hours(value: Fraction) -> str:
 
 def _day(moment: datetime) -> str:
     moment = as_utc(moment)
-    return f"{_WEEKDAYS[moment.weekday()]} {moment:%Y-%m-%d %H:%M} UTC"
+    return f"{_WEEKDAYS[moment.weekday()]} {clock_text(moment)}"
 

@@ -16,7 +16,7 @@ from fractions import Fraction
 from .errors import NoCapacity
 from .model import Booking, MaintenanceWindow, Pool
 from .placement import Held, UsageTable, held
-from .timegrid import EPOCH, as_utc
+from .timegrid import EPOCH, as_utc, span_text
 
 #: The search's unit of time: whole microseconds since the epoch are exact for every stored
 #: time, and far cheaper than datetimes to compare, hash and round to the grid.
@@ -93,10 +93,7 @@ def naming_next_free(refused: NoCapacity, found: tuple[datetime, datetime] | Non
     if found is None:
         return refused
     start, end = found
-    end_format = "%H:%M" if end.date() == start.date() else "%Y-%m-%d %H:%M"
-    message = (
-        f"{refused.message} The earliest free time of the same length is "
-        f"{start:%Y-%m-%d %H:%M} to {end.strftime(end_format)} UTC."
-    )
+    message = (f"{refused.message} The earliest free time of the same length is "
+               f"{span_text(start, end)}.")
     return NoCapacity(message, refused.full_start, refused.full_end, refused.largest_bookable,
                       next_free=found, search_ran_out=refused.search_ran_out)

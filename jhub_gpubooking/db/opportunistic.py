@@ -17,6 +17,7 @@ from ..core import placement as placing
 from ..core.errors import Conflict, NoCapacity, PolicyViolation
 from ..core.model import Booking, format_amount, parse_amount
 from ..core.opportunistic import PREEMPTED, grant_interval, preemption_plan
+from ..core.timegrid import clock_text
 from .convert import booking_from_row
 from .creates import NewBooking, created
 from .lifecycle import BookingLifecycle
@@ -96,7 +97,7 @@ class OpportunisticBookings:
             except NoCapacity:
                 raise Conflict(
                     f"No {format_amount(amount)} GPU of pool {pool} is free from now until "
-                    f"{end:%H:%M} UTC, so it cannot be used without a booking."
+                    f"{clock_text(end)}, so it cannot be used without a booking."
                 ) from None
             request = Booking(
                 user=user,

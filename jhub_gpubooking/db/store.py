@@ -167,7 +167,7 @@ class BookingStore:
             after = before + timedelta(minutes=self.slot_minutes)
             raise InvalidRequest(
                 f"The {field} time {clock_text(when)} is not on the {self.slot_minutes}-minute "
-                f"booking grid; choose e.g. {before:%H:%M} or {after:%H:%M}."
+                f"booking grid; choose e.g. {clock_text(before)} or {clock_text(after)}."
             )
 
     def check_interval(self, start: datetime, end: datetime, now: datetime) -> None:

@@ -40,8 +40,8 @@ def test_a_grant_only_takes_gpus_nobody_booked_within_the_horizon(store):
     with pytest.raises(Conflict) as refused:
         opportunistic(store).grant("carol", "t4", Fraction(1, 4), HORIZON)
     assert refused.value.message == (
-        "No 0.25 GPU of pool t4 is free from now until 11:15 UTC, so it cannot be used "
-        "without a booking."
+        "No 0.25 GPU of pool t4 is free from now until 2030-01-07 11:15 UTC, so it cannot be "
+        "used without a booking."
     )
 
 

@@ -72,7 +72,8 @@ def test_times_off_the_grid_are_refused_naming_the_grid(store, start, end, field
 
 def test_a_coarser_grid_is_named_in_the_refusal(make_store):
     store = make_store(slot_minutes=60)
-    with pytest.raises(InvalidRequest, match="60-minute booking grid; choose e.g. 11:00 or 12:00"):
+    with pytest.raises(InvalidRequest, match="60-minute booking grid; choose e.g. "
+                       "2030-01-07 11:00 UTC or 2030-01-07 12:00 UTC"):
         store.create("alice", "a100", 1, at(11, 15), at(13))
 
 
