@@ -18,7 +18,7 @@ from sqlalchemy import select
 from ..core import placement as placing
 from ..core.errors import InvalidRequest, NotFound
 from ..core.model import Booking, MaintenanceWindow, checked_text
-from ..core.timegrid import as_utc
+from ..core.timegrid import as_utc, clock_text
 from .convert import maintenance_from_row
 from .models import MaintenanceWindowRow
 from .queries import page
@@ -48,6 +48,12 @@ def add_window(store: BookingStore, pool: str, start: datetime, end: datetime, n
             row = None if request_key is None else window_with_key(
                 work.session, actor, request_key, (pool, node, start, end, reason))
             if row is None:
+                # checked here, after the key's look-up: a window sent again once it ended
+                # answers the window it added, not this refusal
+                if end <= store.now():
+                    raise InvalidRequest(
+                        f"This maintenance window ends at {clock_text(end)}, which has "
+                        "already passed: a window must end in the future.")
                 row = MaintenanceWindowRow(pool=pool, node=node, start=start, end=end,
                                            reason=reason, created=store.stamp(),
                                            created_by=actor, request_key=request_key)

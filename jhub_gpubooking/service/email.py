@@ -11,6 +11,7 @@ from traitlets import Any, Bool, Integer, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..core.model import Booking, format_amount
+from ..core.timegrid import clock_text, span_text
 from ..core.waitlist import Wait
 from ..executor import in_executor
 
@@ -20,21 +21,22 @@ SMTP_TIMEOUT_SECONDS = 20
 
 def warning_text(booking: Booking, page_url: str) -> str:
     """The body of the end-of-booking e-mail."""
-    end = f"{booking.end:%Y-%m-%d %H:%M} UTC"
+    # a server is named only when one holds the booking: nothing else is stopped
+    stop = ("" if booking.server is None
+            else " Save your work: the server using it will be stopped then.")
     return (
         f"Your GPU booking #{booking.id} ({booking.amount} GPU in pool {booking.pool}) ends at "
-        f"{end}. Save your work: the server using it will be stopped then.\n\n"
+        f"{clock_text(booking.end)}.{stop}\n\n"
         f"If the GPUs are still free you can extend the booking on {page_url}\n"
     )
 
 
 def wait_booked_text(booking: Booking, wait: Wait, page_url: str) -> str:
     """The body of the e-mail telling a user their wait was booked."""
-    end_format = "%H:%M" if booking.end.date() == booking.start.date() else "%Y-%m-%d %H:%M"
     return (
         f"Your request #{wait.id} on the waitlist was booked: booking #{booking.id}, "
         f"{format_amount(booking.amount)} GPU in pool {booking.pool}, "
-        f"{booking.start:%Y-%m-%d %H:%M} to {booking.end.strftime(end_format)} UTC.\n\n"
+        f"{span_text(booking.start, booking.end)}.\n\n"
         f"It is in My bookings on {page_url} and in your calendar feed; cancel it there if "
         "you no longer need it, so the next request on the waitlist gets it.\n"
     )
@@ -44,8 +46,8 @@ def start_early_text(booking: Booking, start: datetime, end: datetime, page_url:
     """The body of the e-mail offering a user to start a booking now."""
     return (
         f"The GPUs your booking #{booking.id} needs ({format_amount(booking.amount)} GPU in pool "
-        f"{booking.pool}, from {booking.start:%Y-%m-%d %H:%M} UTC) are free now. It can start "
-        f"at {start:%H:%M} and end at {end:%H:%M} UTC instead, the same length.\n\n"
+        f"{booking.pool}, from {clock_text(booking.start)}) are free now. It can start "
+        f"at {clock_text(start)} and end at {clock_text(end)} instead, the same length.\n\n"
         f"To take them, choose \"Start now\" beside the booking in My bookings on {page_url} "
         "while they are still free. If you do nothing, the booking keeps its time.\n"
     )
@@ -87,7 +89,7 @@ class EmailWarnings(LoggingConfigurable):
     async def send_wait_booked(self, booking: Booking, wait: Wait) -> None:
         """Tell the user a request of theirs on the waitlist was booked."""
         await self._send_about(booking, f"Your wait was booked: GPUs from "
-                               f"{booking.start:%Y-%m-%d %H:%M} UTC",
+                               f"{clock_text(booking.start)}",
                                wait_booked_text(booking, wait, self.page_url))
 
     async def send_start_early_offer(self, booking: Booking, start: datetime,

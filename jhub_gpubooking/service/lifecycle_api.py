@@ -10,11 +10,13 @@ from datetime import datetime, timedelta
 
 from tornado import web
 
+from ..admission.review import holder_pod
 from ..core.accounting import GROUPINGS, Report
 from ..core.model import Booking, BookingState, format_amount
 from ..core.policy import ENDED_EARLY
-from ..core.timegrid import ceil_to_grid, floor_to_grid, format_time
+from ..core.timegrid import ceil_to_grid, clock_text, floor_to_grid, format_time, span_text
 from ..db.accounting import running_usage, usage_report
+from ..db.endings import Ending, endings
 from .api import APIHandler
 from .base import refusal
 from .flagged import flagged_notices
@@ -32,8 +34,30 @@ RELEASE_MESSAGES = {
 }
 
 
-def _clock(when: datetime) -> str:
-    return f"{when:%Y-%m-%d %H:%M} UTC"
+def _held_by(holder: str, article: str = "its") -> str:
+    """What held a booking, as a notice names it: its server, or a webhook's pod."""
+    pod = holder_pod(holder)
+    return f"{article} pod {pod[0]}/{pod[1]}" if pod else f"{article} server"
+
+
+def ending_soon_message(booking: Booking) -> str:
+    message = f"Your booking #{booking.id} in pool {booking.pool} ends at {clock_text(booking.end)}"
+    if booking.server is None:  # nothing to stop: no word of a server
+        return message + "."
+    return f"{message}; save your work, {_held_by(booking.server, 'the')} will be stopped then."
+
+
+def ended_message(booking: Booking, ending: Ending | None) -> str:
+    """An early end, by its owner ("End now") or an administrator, and what it stopped (the
+    holder at that moment, from the history; the booking's own when the history is not read)."""
+    by_owner = ending is None or ending.by_owner
+    holder = booking.server if ending is None else ending.holder
+    who = "(End now)" if by_owner else "by an administrator"
+    stopped = "" if holder is None else f"{_held_by(holder)} was stopped and "
+    return (
+        f"Your booking #{booking.id} in pool {booking.pool} was ended at {clock_text(booking.end)} "
+        f"{who}; {stopped}the rest of its time is free for others."
+    )
 
 
 def notices_json(
@@ -42,13 +66,16 @@ def notices_json(
     warn_before: timedelta | None,
     minutes: dict,
     pool_no_show_minutes: Mapping[str, int] | None = None,
+    ended: Mapping[int, Ending] | None = None,
 ) -> list[dict]:
     """What the reservation page shows in its banner for these bookings of one user.
 
     ``minutes`` maps a release reason to the configured wait, for the explanation;
-    ``pool_no_show_minutes`` the no-show wait of the pools that set their own.
+    ``pool_no_show_minutes`` the no-show wait of the pools that set their own; ``ended`` how
+    the bookings ended early came to end (:func:`..db.endings.endings`).
     """
     pool_no_show_minutes = pool_no_show_minutes or {}
+    ended = ended or {}
     notices = []
     for booking in bookings:
         state = booking.state(now)
@@ -62,8 +89,7 @@ def notices_json(
                     "kind": "ending_soon",
                     "booking_id": booking.id,
                     "at": format_time(booking.end),
-                    "message": f"Your booking #{booking.id} in pool {booking.pool} ends at "
-                    f"{_clock(booking.end)}; save your work, the server will be stopped then.",
+                    "message": ending_soon_message(booking),
                 }
             )
         reason = booking.release_reason
@@ -74,9 +100,7 @@ def notices_json(
                     "kind": "ended",
                     "booking_id": booking.id,
                     "at": format_time(booking.end),
-                    "message": f"Your booking #{booking.id} in pool {booking.pool} was ended at "
-                    f"{_clock(booking.end)} (End now); its server was stopped and the rest of "
-                    "its time is free for others.",
+                    "message": ended_message(booking, ended.get(booking.id)),
                 }
             )
         elif reason and recent:
@@ -90,7 +114,7 @@ def notices_json(
                     "booking_id": booking.id,
                     "at": format_time(booking.end),
                     "message": f"Your booking #{booking.id} in pool {booking.pool} was released "
-                    f"at {_clock(booking.end)} because {why}.",
+                    f"at {clock_text(booking.end)} because {why}.",
                 }
             )
     return notices
@@ -160,7 +184,9 @@ class NoticesHandler(APIHandler):
             for pool in self.store.pools.values()
             if pool.no_show_minutes is not None
         }
-        notices = notices_json(bookings, now, rules.warn_before, minutes, own)
+        ended_ids = [b.id for b in bookings if b.release_reason == ENDED_EARLY]
+        ended = await self.run_in_executor(endings, self.store, ended_ids)
+        notices = notices_json(bookings, now, rules.warn_before, minutes, own, ended)
         flags = await self.run_in_executor(
             service.booking_flags.current, [b.id for b in bookings if b.not_over(now)]
         )
@@ -184,8 +210,8 @@ def start_early_notices(offers: list[tuple[Booking, datetime, datetime]]) -> lis
             "at": format_time(start),
             "end": format_time(end),
             "message": f"GPUs are free now: your booking #{booking.id} in pool {booking.pool} "
-            f"({_clock(booking.start)} to {booking.end:%H:%M}) can start at {start:%H:%M} and "
-            f"end at {end:%H:%M} UTC instead, keeping its length.",
+            f"({span_text(booking.start, booking.end)}) can start at {clock_text(start)} and "
+            f"end at {clock_text(end)} instead, keeping its length.",
         }
         for booking, start, end in offers
     ]

@@ -99,5 +99,8 @@ def service_handlers(prefix: str, flags: BookingFlags) -> list:
     ]
     routes.append((url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler))
     routes.extend(page_handlers(prefix))
+    bare = prefix.rstrip("/")
+    if bare:  # the prefix without its slash (as the proxy passes it on) is the page's too
+        routes.append((re.escape(bare), web.RedirectHandler, {"url": prefix, "permanent": False}))
     return routes
 

@@ -101,7 +101,7 @@ def test_a_restore_takes_the_database_back_and_can_itself_be_undone(
 
 
 def test_a_restore_names_the_waits_windows_and_calendar_links_it_undid(
-    migrated_url, store, tmp_path, capsys
+    migrated_url, store, clock, tmp_path, capsys
 ):
     waitlist = WaitStore(store)
     start = NOW.replace(minute=0) + timedelta(hours=2)
@@ -110,7 +110,9 @@ def test_a_restore_names_the_waits_windows_and_calendar_links_it_undid(
     old_window, _ = store.add_maintenance("a100", start, start + hour, "node-a", reason="old fan")
     # over by now (the restore's clock is the real one)
     over = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=2)
+    clock.set(over)  # added while it was still to come: a window already over is refused
     past_window, _ = store.add_maintenance("a100", over, over + hour, "node-a")
+    clock.set(NOW)
     new_feed_token(store, "bob")
     backup = backup_database(migrated_url, tmp_path / "backup.sqlite").path
     # since the backup: ada withdraws her wait, carol joins, the old window is removed (and

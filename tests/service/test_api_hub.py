@@ -529,3 +529,46 @@ def test_a_booking_later_today_is_offered_the_free_gpus_now_and_starts_early(hub
     assert not [n for n in ada.get("api/users/ada/notices").json()["notices"]
                 if n["kind"] == "start_early"]
     assert client(hub, "admin").delete(f"api/bookings/{booking['id']}").status_code == 200
+
+
+def _clock(when: str) -> str:
+    """An API time as the notices write it."""
+    return datetime.fromisoformat(when.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def test_an_ended_bookings_notice_says_who_ended_it_and_names_only_a_server_it_had(hub):
+    """An administrator's force end is not the user's own "End now", and a booking no server
+    ever held stopped no server."""
+    start = floor_to_grid(datetime.now(timezone.utc), 15)
+    body = {"pool": "a100", "gpus": 1, "start": format_time(start),
+            "end": format_time(start + timedelta(hours=1))}
+    carol = client(hub, "carol")
+    by_admin, by_owner = (carol.post("api/bookings", json=body).json() for _ in range(2))
+    claimed = client(hub, SPAWNER).post(f"api/bookings/{by_owner['id']}/claim",
+                                       json={"server": "gpu"})
+    assert claimed.status_code == 200, claimed.text
+    ended_by_admin = client(hub, ADMIN).delete(f"api/bookings/{by_admin['id']}").json()
+    ended_by_owner = carol.delete(f"api/bookings/{by_owner['id']}").json()
+    assert ended_by_admin["release_reason"] == ended_by_owner["release_reason"] == "ended"
+
+    messages = {n["booking_id"]: n["message"] for n in carol.get("api/users/carol/notices").json()[
+        "notices"] if n["kind"] == "ended"}
+    assert messages == {
+        by_admin["id"]: f"Your booking #{by_admin['id']} in pool a100 was ended at "
+        f"{_clock(ended_by_admin['end'])} by an administrator; the rest of its time is free for "
+        "others.",
+        by_owner["id"]: f"Your booking #{by_owner['id']} in pool a100 was ended at "
+        f"{_clock(ended_by_owner['end'])} (End now); its server was stopped and the rest of its "
+        "time is free for others.",
+    }
+
+
+def test_a_maintenance_window_already_over_is_refused(hub):
+    end = floor_to_grid(datetime.now(timezone.utc), 15) - timedelta(hours=1)
+    body = {"pool": "a100", "start": format_time(end - timedelta(hours=2)), "end": format_time(end)}
+    admin = client(hub, ADMIN)
+    assert error(admin.post("api/maintenance", json=body), 400) == (
+        f"This maintenance window ends at {end:%Y-%m-%d %H:%M} UTC, which has already passed: a "
+        "window must end in the future.")
+    listed = admin.get("api/maintenance", params={"start": body["start"]}).json()["windows"]
+    assert [w for w in listed if w["end"] == body["end"]] == []

@@ -19,8 +19,10 @@ from jhub_gpubooking.core.accounting import Report, UsageTotals
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.lifecycle import ActionKind
 from jhub_gpubooking.core.model import Booking
+from jhub_gpubooking.db.endings import endings
 from jhub_gpubooking.db.removed_users import missing_users
 from jhub_gpubooking.service.app import GPUBookingService
+from jhub_gpubooking.service.email import warning_text
 from jhub_gpubooking.service.lifecycle_api import notices_json, report_csv
 
 #: Monday 2030-01-07 10:05 UTC.
@@ -225,7 +227,7 @@ async def test_unused_booking_is_released_and_noticed(service):
 
 
 def test_notices_tell_of_the_coming_end_and_of_releases():
-    ending = Booking("ada", "a100", 1, at(10), at(11), id=1)
+    ending = Booking("ada", "a100", 1, at(10), at(11), id=1, server="")
     released = Booking(
         "ada", "a100", 1, at(9), at(10, 30), id=2, released_end=at(12), release_reason="no_show"
     )
@@ -248,6 +250,45 @@ def test_notices_tell_of_the_coming_end_and_of_releases():
             "message": "Your booking #2 in pool a100 was released at 2030-01-07 10:30 UTC "
             "because no server used it within 15 minutes of its start.",
         },
+    ]
+
+
+def test_notices_name_a_server_only_when_the_booking_had_one():
+    unused = Booking("ada", "a100", 1, at(10), at(11), id=1)
+    pod = Booking("ada", "a100", 1, at(10), at(11), id=2, server="pod:lab/train-1")
+    ended = Booking("ada", "a100", 1, at(9), at(10, 40), id=3, release_reason="ended")
+    notices = notices_json([unused, pod, ended], at(10, 52), timedelta(minutes=10), {})
+    assert [notice["message"] for notice in notices] == [
+        "Your booking #1 in pool a100 ends at 2030-01-07 11:00 UTC.",
+        "Your booking #2 in pool a100 ends at 2030-01-07 11:00 UTC; save your work, the pod "
+        "lab/train-1 will be stopped then.",
+        "Your booking #3 in pool a100 was ended at 2030-01-07 10:40 UTC (End now); the rest of "
+        "its time is free for others.",
+    ]
+    assert "server" not in warning_text(unused, "https://hub.example/services/gpu-booking/")
+    assert "Save your work: the server using it will be stopped then." in warning_text(
+        unused.with_changes(server=""), "https://hub.example/services/gpu-booking/")
+
+
+async def test_an_ended_notice_says_who_ended_it_and_what_held_it_then(service):
+    """The history decides: the holder was released once its server stopped, and an
+    administrator's end is told as theirs, not as the user's own "End now"."""
+    service.clock.set(at(10, 20))
+    claimed = service.store.create("ada", "a100", "1", at(10, 15), at(11))
+    service.store.claim(claimed.id, "gpu-lab")
+    unused = service.store.create("ada", "a100", "1", at(10, 15), at(11))
+    service.clock.set(at(10, 30))
+    service.store.cancel(claimed.id, "admin")
+    service.store.release(claimed.id, "gpu-lab")
+    service.store.cancel(unused.id, "ada")
+    bookings = [service.store.get(b.id) for b in (claimed, unused)]
+    assert bookings[0].server is None
+    ended = endings(service.store, [b.id for b in bookings])
+    assert [n["message"] for n in notices_json(bookings, at(10, 31), None, {}, None, ended)] == [
+        f"Your booking #{claimed.id} in pool a100 was ended at 2030-01-07 10:30 UTC by an "
+        "administrator; its server was stopped and the rest of its time is free for others.",
+        f"Your booking #{unused.id} in pool a100 was ended at 2030-01-07 10:30 UTC (End now); "
+        "the rest of its time is free for others.",
     ]
 
 
@@ -299,7 +340,7 @@ async def test_a_booking_that_can_start_now_is_offered_by_email_once(service, fa
         "bob@lab.example", f"GPUs free now: start booking #{bob.id} early?"
     )
     text = offer.get_payload(decode=True).decode()
-    assert "It can start at 10:30 and end at 11:30 UTC instead" in text
+    assert "It can start at 2030-01-07 10:30 UTC and end at 2030-01-07 11:30 UTC instead" in text
     assert "https://hub.example/services/gpu-booking/" in text
     [event] = [e for e in service.store.history(bob.id) if e.kind == "start_early_emailed"]
     assert (event.detail["new_start"], event.detail["new_end"]) == (

@@ -14,6 +14,7 @@ from tornado import web
 
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
 from jhub_gpubooking.service import pages
+from jhub_gpubooking.service.routes import service_handlers
 
 # deliberately unusual prefixes: nothing may assume the Hub's default layout
 HUB_PREFIX = "/lab/hub-x/"
@@ -303,3 +304,21 @@ def test_anonymous_visitors_are_sent_to_the_hubs_oauth_login(booking_hub):
     response = httpx.get(booking_hub.service_url, follow_redirects=False)
     assert response.status_code == 302
     assert response.headers["Location"].startswith(f"{booking_hub.hub_prefix}api/oauth2/authorize?")
+
+
+@pytest.mark.e2e
+def test_the_service_prefix_without_its_slash_redirects_to_the_page(booking_hub):
+    """``/services/gpu-booking`` reaches the service as the proxy passes it on: a redirect to the
+    page (keeping the query), not a JSON 404."""
+    bare = booking_hub.service_prefix.rstrip("/")
+    response = httpx.get(f"{booking_hub.public_url}{bare}?view=past", follow_redirects=False)
+    assert response.status_code == 302, response.text
+    assert response.headers["Location"] == f"{booking_hub.service_prefix}?view=past"
+
+
+def test_the_service_routes_redirect_the_prefix_without_its_slash():
+    application = web.Application(service_handlers(SERVICE_PREFIX, flags=None))
+    rules = application.default_router.rules[0].target.rules
+    [rule] = [rule for rule in rules if rule.matcher.regex.match(SERVICE_PREFIX.rstrip("/"))]
+    assert (rule.target, rule.target_kwargs) == (
+        web.RedirectHandler, {"url": SERVICE_PREFIX, "permanent": False})
