@@ -17,6 +17,7 @@ from tornado import web
 from traitlets import Integer, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
+from ..core.model import amount_to_json
 from .api import MAX_PAGE_SIZE
 from .base import BaseHandler
 
@@ -87,8 +88,13 @@ def page_context(
     refresh_seconds: int,
     asset_urls: dict[str, str],
     script_nonce: str,
+    max_gpus: float | int | None = None,
 ) -> dict[str, Any]:
-    """Everything the reservation template needs; every URL derives from the two prefixes."""
+    """Everything the reservation template needs; every URL derives from the two prefixes.
+
+    ``max_gpus``: the most GPUs the user's policy lets them book at once (None: no limit, as
+    for admins), so the form and the timeline offer no amount the service would refuse.
+    """
     hub_static = f"{hub_prefix}static/"
     return {
         "page_title": page_title,
@@ -122,6 +128,8 @@ def page_context(
             "pageDays": page_days,
             "listLimit": list_limit,
             "refreshSeconds": refresh_seconds,
+            # only with a limit: absent, the page offers what the pools hold
+            **({} if max_gpus is None else {"maxGpus": max_gpus}),
         },
     }
 
@@ -188,12 +196,22 @@ class ReservationPageHandler(BaseHandler):
             refresh_seconds=page.page_refresh_seconds,
             asset_urls={name: static_asset_url(service_prefix, name) for name in PAGE_ASSETS},
             script_nonce=nonce,
+            max_gpus=self.policy_max_gpus(),
         )
         for name, value in page_security_headers(nonce).items():
             self.set_header(name, value)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
         self.finish(render_page(context))
+
+    def policy_max_gpus(self) -> float | int | None:
+        """The user's ``max_gpus`` as the API writes amounts; None without a limit (admins are
+        exempt from every policy, as the service's checks are)."""
+        principal = self.principal
+        if principal is None or principal.is_admin:
+            return None
+        limit = self.store.policy_for(principal.groups).max_gpus
+        return None if limit is None else amount_to_json(limit)
 
 
 def page_handlers(prefix: str) -> list[tuple]:

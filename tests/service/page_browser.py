@@ -227,3 +227,38 @@ def fill_booking_form(page, pool: str, amount_label: str, start: datetime, end: 
 def screenshot(page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+# ---------------------------------------------------------------- times as the page shows them
+
+_SHOWN_TIME = ("(ms) => new Intl.DateTimeFormat(undefined, {weekday: 'short', day: 'numeric', "
+               "month: 'short', hour: '2-digit', minute: '2-digit'}).format(ms)")
+_SHOWN_CLOCK = "(ms) => new Intl.DateTimeFormat(undefined, {hour: '2-digit', minute: '2-digit'}).format(ms)"
+_SERVER_SPAN = re.compile(
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d)(?: to (\d{4}-\d\d-\d\d \d\d:\d\d|\d\d:\d\d))? UTC")
+
+
+def shown_time(page, when: datetime, clock_only: bool = False) -> str:
+    """``when`` as the page writes a time (the browser's zone and locale): weekday, day, month
+    and clock, or the clock alone."""
+    return page.evaluate(_SHOWN_CLOCK if clock_only else _SHOWN_TIME, when.timestamp() * 1000)
+
+
+def shown_sentence(page, message: str, zone: str) -> str:
+    """A service sentence as the page shows it, for the forms refusals use ("2026-12-07 10:00
+    UTC", "2026-12-07 10:00 to 11:00 UTC"): in the browser's zone ``zone``, without "UTC"."""
+
+    def local(match: re.Match) -> str:
+        start = datetime.strptime(match[1], "%Y-%m-%d %H:%M").replace(tzinfo=timezone.utc)
+        text = shown_time(page, start)
+        if match[2] is None:
+            return text
+        if len(match[2]) == 5:
+            end = start.replace(hour=int(match[2][:2]), minute=int(match[2][3:]))
+            end += timedelta(days=1) if end <= start else timedelta(0)
+        else:
+            end = datetime.strptime(match[2], "%Y-%m-%d %H:%M").replace(tzinfo=timezone.utc)
+        same_day = start.astimezone(ZoneInfo(zone)).date() == end.astimezone(ZoneInfo(zone)).date()
+        return f"{text} to {shown_time(page, end, clock_only=same_day)}"
+
+    return _SERVER_SPAN.sub(local, message)

@@ -23,6 +23,7 @@ from page_browser import (
     local_input,
     open_page,
     screenshot,
+    shown_sentence,
     start_page_hub,
     utc,
 )
@@ -124,7 +125,9 @@ def test_refusal_is_explained_in_place_with_the_api_message(hub, context):
     page.click("#gb-book-button")
     alert = page.locator("#gb-form-feedback.alert-danger")
     alert.wait_for()
-    assert alert.inner_text() == refused.json()["message"]
+    # the API's sentence, its UTC times in the browser's zone as the page shows times
+    assert alert.inner_text() == shown_sentence(page, refused.json()["message"], BROWSER_ZONE)
+    assert "UTC" not in alert.inner_text()
     assert (alert.get_attribute("role"), alert.get_attribute("aria-live")) == ("alert", "assertive")
     screenshot(page, "refusal-in-place")
 
@@ -145,7 +148,8 @@ def test_capacity_refusal_offers_the_next_free_interval_and_books_it_in_one_clic
     offer = page.locator("#gb-next-free-button")
     offer.wait_for()
     # the refusal's message stays as the API wrote it; the offer sits beside it
-    assert page.locator("#gb-form-feedback.alert-danger").inner_text() == refused.json()["message"]
+    assert page.locator("#gb-form-feedback.alert-danger").inner_text() == shown_sentence(
+        page, refused.json()["message"], BROWSER_ZONE)
     label = offer.inner_text()
     zone = ZoneInfo(BROWSER_ZONE)
     free_start, free_end = (datetime.fromisoformat(free[key].replace("Z", "+00:00")).astimezone(zone)
@@ -335,7 +339,8 @@ def test_ending_booking_shows_a_notice_and_admins_see_holders_and_the_report(hub
     notice = page.locator(f'#gb-notices [data-booking-id="{booking["id"]}"]')
     notice.wait_for()
     assert notice.get_attribute("data-kind") == "ending_soon"
-    assert "save your work" in notice.inner_text()
+    # its end in the browser's zone, as the page shows times (the service writes UTC)
+    assert "ends at" in notice.inner_text() and "UTC" not in notice.inner_text()
 
     admin_context = browser.new_context(timezone_id=BROWSER_ZONE, locale="en-GB")
     admin_page = open_page(admin_context, hub, "carol")

@@ -5,7 +5,7 @@
 
 import {
   $, ACTIVE_STATES, HOUR_MS, NewestLoad, PagedList, api, byStart, config, createOnce, drawUnlessShown, el, floorSlot,
-  formatSpan, formatTime, fromLocalInput, oneAtATime, parseUtc, plural, snapInput, toLocalInput, toUtcIso,
+  formatSpan, formatTime, fromLocalInput, oneAtATime, parseUtc, plural, serverSentence, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { act, page, poolName, showAlert, showLoadError } from "./page.js";
 import { listWindow, moreButton, renderBookingTable } from "./tables.js";
@@ -40,7 +40,7 @@ function loadFlagged() {
       renderBookingTable(table, flagged.map((flag) => flag.booking).sort(byStart), {
         showUser: true, cancelLabel: "Force cancel", box: $("gb-admin-feedback"),
         caption: "Bookings that cannot be used", emptyText: "",
-        reasons: new Map(flagged.map((flag) => [flag.booking.id, flag.message])),
+        reasons: new Map(flagged.map((flag) => [flag.booking.id, serverSentence(flag.message)])),
       });
       return table;
     });
@@ -93,9 +93,10 @@ async function loadReport() {
   if (!isNewest()) return; // another grouping was chosen meanwhile
   const hours = (value) => value.toFixed(2);
   const line = (key, t) => [key, t.bookings, hours(t.booked_gpu_hours), hours(t.used_gpu_hours),
-    hours(t.idle_gpu_hours), hours(t.released_gpu_hours), hours(t.no_show_gpu_hours), t.no_shows];
+    hours(t.idle_gpu_hours), hours(t.released_gpu_hours), hours(t.no_show_gpu_hours),
+    hours(t.scheduled_gpu_hours), t.no_shows];
   $("gb-report").replaceChildren(simpleTable("Usage report",
-    [by, "Bookings", "Booked", "Used", "Idle", "Released", "No-show", "No-shows"],
+    [by, "Bookings", "Booked", "Used", "Idle", "Released", "No-show", "Scheduled", "No-shows"],
     [...report.rows.map((row) => line(row.key, row)), line("total", report.total)]));
 }
 
@@ -140,7 +141,7 @@ function renderMaintenanceTable(windows) {
     el("td", {}, poolName(block.pool)),
     el("td", {}, block.node || "whole pool"),
     el("td", {}, formatSpan(parseUtc(block.start), parseUtc(block.end))),
-    el("td", {}, block.reason || ""),
+    el("td", { class: "gb-text" }, block.reason || ""),
     el("td", {}, el("button", {
       type: "button", class: "btn btn-sm btn-outline-danger",
       "aria-label": `Delete maintenance window ${block.id}`,

@@ -5,8 +5,8 @@
 
 import {
   $, ACTIVE_STATES, DAY_MS, HOUR_MS, NewestLoad, PagedList, SLOT_MS, amountChoices, api, byStart, config,
-  createOnce, drawUnlessShown, el, floorSlot, formatGpus, formatSpan, fromLocalInput, isActing, keepFresh, oneAtATime,
-  parseUtc, plural, snapInput, toLocalInput, toUtcIso,
+  bookableLimit, createOnce, drawUnlessShown, el, floorSlot, formatGpus, formatSpan, fromLocalInput, isActing, keepFresh,
+  oneAtATime, parseUtc, plural, serverSentence, snapInput, toLocalInput, toUtcIso,
 } from "./common.js";
 import { refreshAdmin, wireAdmin } from "./admin.js";
 import { act, page, refreshOrReport, setRefresh, showAlert, showLoadError } from "./page.js";
@@ -34,7 +34,9 @@ function fillRangeChoices() {
 function chooseStretch(pool, interval) {
   const start = Math.max(parseUtc(interval.start), floorSlot(Date.now()));
   const end = Math.min(parseUtc(interval.end), start + HOUR_MS);
-  fillBookingForm(pool.name, start, Math.max(end, start + SLOT_MS), interval.largest_bookable);
+  // no more than the user may book (their policy's max_gpus), however much is free
+  fillBookingForm(pool.name, start, Math.max(end, start + SLOT_MS), Math.min(interval.largest_bookable, bookableLimit(pool)));
+  hideOffers();
   $("gb-amount").focus();
 }
 
@@ -84,6 +86,18 @@ function hideNextFree() {
   holder.classList.add("d-none");
 }
 
+/** A refusal's offers (book the next free interval, join the waitlist) answer the request as
+ * it was refused: they go once one of them is used or the form asks for something else. */
+function hideOffers() {
+  hideNextFree();
+  hideWaitlistOffer();
+}
+
+/** Whether `event` changed the request in the form (not a control of the offers themselves). */
+function changesRequest(event) {
+  return !$("gb-next-free").contains(event.target) && !$("gb-waitlist-offer").contains(event.target);
+}
+
 /** A capacity refusal names the earliest free interval of the same length and amount
  * (`next_free`): offer to book exactly that, in one click, with the rest of the request kept. */
 function offerNextFree(request, pool, error) {
@@ -93,7 +107,7 @@ function offerNextFree(request, pool, error) {
   const button = el("button", {
     type: "button", class: "btn btn-jupyter btn-outline-primary btn-sm", id: "gb-next-free-button",
     onclick: oneAtATime(async () => {
-      hideNextFree();
+      hideOffers();
       const moved = { ...request, start: free.start, end: free.end };
       // taken meanwhile? the new refusal offers the next interval again
       const booking = await act($("gb-form-feedback"), () => createOnce("bookings", moved),
@@ -106,8 +120,7 @@ function offerNextFree(request, pool, error) {
 }
 
 async function submitBooking() {
-  hideNextFree();
-  hideWaitlistOffer();
+  hideOffers();
   const box = $("gb-form-feedback");
   const start = fromLocalInput($("gb-start"));
   const end = fromLocalInput($("gb-end"));
@@ -214,7 +227,7 @@ async function loadNotices() {
     // what needs the user's action stands out from what only informs
     class: `alert ${WARNING_NOTICES.has(notice.kind) ? "alert-warning" : "alert-info"}`,
     dataset: { kind: notice.kind, bookingId: notice.booking_id },
-  }, notice.message, notice.kind === "start_early" ? startEarlyButton(notice) : null)));
+  }, serverSentence(notice.message), notice.kind === "start_early" ? startEarlyButton(notice) : null)));
 }
 
 // GPUs free now for a booking later today: one click moves it to start now (same length)
@@ -270,6 +283,9 @@ async function start() {
   fillBookingForm(page.pools[0].name, firstStart, firstStart + HOUR_MS, 1);
   for (const id of ["gb-start", "gb-end"]) $(id).addEventListener("change", snapInput);
   $("gb-booking-form").addEventListener("submit", oneAtATime(submitBooking));
+  for (const type of ["input", "change"]) {
+    $("gb-booking-form").addEventListener(type, (event) => { if (changesRequest(event)) hideOffers(); });
+  }
   wireRepeatChoice();
   fillRangeChoices();
   $("gb-mine-show-past").addEventListener("change", () => loadMyBookings().then(renderMyBookings).catch(showLoadError));

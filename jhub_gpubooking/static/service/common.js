@@ -54,7 +54,7 @@ export async function api(method, path, body, moreHeaders = {}) {
   const payload = await response.json().catch(() => null);
   if (!response.ok) {
     const message = payload && payload.message
-      ? payload.message
+      ? serverSentence(payload.message)
       : `The booking service answered ${response.status} ${response.statusText}; please reload the page.`;
     throw new ApiError(response.status, message, payload);
   }
@@ -244,8 +244,54 @@ export const parseUtc = (text) => Date.parse(text);
 export const toUtcIso = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
 export const floorSlot = (ms) => Math.floor(ms / SLOT_MS) * SLOT_MS;
 const roundSlot = (ms) => Math.round(ms / SLOT_MS) * SLOT_MS;
-const sameDay = (a, b) => new Date(a).toDateString() === new Date(b).toDateString();
+const sameDayLocal = (a, b) => new Date(a).toDateString() === new Date(b).toDateString();
+const sameDay = sameDayLocal;
 export const byStart = (a, b) => parseUtc(a.start) - parseUtc(b.start);
+
+// ---------------------------------------------------------------- the service's sentences
+
+const CLOCK = String.raw`(\d{2}):(\d{2})`;
+const DATE = String.raw`(\d{4})-(\d{2})-(\d{2})`;
+const WEEKDAY = String.raw`(?:(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day )?`;
+/** A time the service writes in a sentence: "[Monday ]2026-12-07 10:00" or a bare "10:00",
+ * with the " UTC" that may follow it. */
+const SERVER_TIME = new RegExp(String.raw`${WEEKDAY}${DATE} ${CLOCK}( UTC)?|\b${CLOCK}( UTC)?\b`, "g");
+
+/** A sentence of the service (a refusal, a notice, a reason) with its times in the browser's
+ * zone, written as the page writes its other times: the service writes them in UTC
+ * ("2026-12-07 10:00 to 11:00 UTC", "start at 21:15 and end at 22:15 UTC"). Every sentence of
+ * the service the page shows goes through here. A bare time takes its date from the time
+ * before it in the sentence (or now): the first such time after it when it ends a span ("to",
+ * "until", "end at"), else the nearest one. Sentences without "UTC" are left as they are. */
+export function serverSentence(text) {
+  if (typeof text !== "string" || !text.includes("UTC")) return text;
+  let contextMs = Date.now();
+  let shownMs = null;
+  return text.replace(SERVER_TIME, (match, ...groups) => {
+    const [year, month, day, hour, minute, , bareHour, bareMinute] = groups;
+    const offset = groups[groups.length - 2];
+    let ms;
+    if (year !== undefined) {
+      ms = Date.UTC(Number(year), Number(month) - 1, Number(day), Number(hour), Number(minute));
+    } else {
+      const context = new Date(contextMs);
+      const sameDay = Date.UTC(context.getUTCFullYear(), context.getUTCMonth(), context.getUTCDate(),
+        Number(bareHour), Number(bareMinute));
+      if (/(\bto|\buntil|\bend at|–|-)\s*$/.test(text.slice(0, offset))) {
+        ms = sameDay < contextMs ? sameDay + DAY_MS : sameDay; // the end of a span
+      } else {
+        const candidates = [sameDay - DAY_MS, sameDay, sameDay + DAY_MS];
+        ms = candidates.reduce((best, at) => (Math.abs(at - contextMs) < Math.abs(best - contextMs) ? at : best));
+      }
+    }
+    // a time on the day of the time shown before it in the sentence shows the time alone
+    const shown = year === undefined && shownMs !== null && sameDayLocal(shownMs, ms)
+      ? timeFormat.format(ms) : dateTimeFormat.format(ms);
+    contextMs = ms;
+    shownMs = ms;
+    return shown;
+  });
+}
 
 export function formatTime(ms) {
   return dateTimeFormat.format(ms);
@@ -300,13 +346,30 @@ export function formatGpus(gpus, slicesPerGpu = 1) {
   const divisor = gcd(slices, slicesPerGpu);
   const numerator = slices / divisor;
   const denominator = slicesPerGpu / divisor;
-  return denominator === 1 ? plural(numerator, "GPU") : `${numerator}/${denominator} GPU`;
+  if (denominator === 1) return plural(numerator, "GPU");
+  if (numerator < denominator) return `${numerator}/${denominator} GPU`;
+  // more than one GPU with a share (free GPUs of a sliced pool): "7.5 GPUs", as the service
+  // writes amounts (core.model.format_amount), or "7 1/3 GPUs" where no short decimal is exact
+  const decimal = Number((numerator / denominator).toFixed(4));
+  if (Math.abs(decimal * denominator - numerator) < 1e-9) return `${decimal} GPUs`;
+  return `${Math.floor(numerator / denominator)} ${numerator % denominator}/${denominator} GPUs`;
 }
 
-/** Amounts a pool can give: each slice step below one GPU, then whole GPUs up to one node's size. */
+/** The most GPUs the user may book at once: one node's size in the pool, and the user's policy
+ * (`config.maxGpus`, null without a limit), whose refusal the page then never provokes. */
+export function bookableLimit(pool) {
+  const policy = config.maxGpus ?? Infinity;
+  return Math.min(pool.max_gpus_per_booking, policy);
+}
+
+/** Amounts a pool can give the user: each slice step below one GPU, then whole GPUs, up to
+ * `bookableLimit`. The smallest share stays even when the policy allows less (the service then
+ * says why). */
 export function amountChoices(pool) {
+  const limit = bookableLimit(pool) + 1e-9;
   const choices = [];
   for (let k = 1; k < pool.slices_per_gpu; k++) choices.push(k / pool.slices_per_gpu);
   for (let n = 1; n <= pool.max_gpus_per_booking; n++) choices.push(n);
-  return choices;
+  const allowed = choices.filter((amount) => amount <= limit);
+  return allowed.length ? allowed : choices.slice(0, 1);
 }

@@ -2,7 +2,7 @@
 // success message or the API's refusal, then a refresh of the page) and a load that failed.
 // The page's modules act through `act`; booking.js says what a refresh loads (`setRefresh`).
 
-import { $, el } from "./common.js";
+import { $, el, serverSentence } from "./common.js";
 
 /** The pools as the API lists them, loaded once when the page starts. */
 export const page = { pools: [], poolsByName: new Map() };
@@ -24,6 +24,10 @@ export async function act(box, action, successMessage, onRefusal) {
   } catch (error) {
     showAlert(box, "danger", error.message);
     if (onRefusal) onRefusal(error);
+    // refused (4xx): what the refusal is about may have changed in another tab or by the
+    // service (a wait booked, a booking cancelled), so the lists are read again as after a
+    // success; with no answer or a 5xx the service may be down, and the refreshes say so
+    if (error.status >= 400 && error.status < 500) await refreshOrReport();
     return null;
   }
   showAlert(box, "success", typeof successMessage === "function" ? successMessage(result) : successMessage);

@@ -51,7 +51,7 @@ function bookingRow(booking, { showUser, cancelLabel, box, reasons }) {
       ? el("div", { class: "text-body-secondary", title: "It may move to other GPUs of this pool "
         + "until it starts; your server gets the final GPUs." }, "provisional, GPU assigned at start")
       : null),
-    el("td", { class: "small" }, booking.note || ""),
+    el("td", { class: "small gb-text" }, booking.note || ""),
     el("td", {}, actions),
   ];
   return el("tr", { dataset: { bookingId: booking.id, state: booking.state } }, ...cells);

@@ -3,7 +3,7 @@
 // hover or focus shows its numbers, choosing it fills in the booking form.
 
 import {
-  ACTIVE_STATES, DAY_MS, dayFormat, el, formatGpus, formatSpan, parseUtc, plural, timeFormat,
+  ACTIVE_STATES, DAY_MS, bookableLimit, dayFormat, el, formatGpus, formatSpan, parseUtc, plural, timeFormat,
 } from "./common.js";
 
 /** Colour level of a stretch; the legend in the template names the same four levels. */
@@ -40,7 +40,8 @@ function axisTicks(range) {
 
 function segmentLabel(pool, interval) {
   const free = formatGpus(interval.free_gpus, pool.slices_per_gpu).replace(/ GPUs?$/, "");
-  const bookable = formatGpus(interval.largest_bookable, pool.slices_per_gpu);
+  // what the user may book: the user's policy may allow less than is free
+  const bookable = formatGpus(Math.min(interval.largest_bookable, bookableLimit(pool)), pool.slices_per_gpu);
   return `${pool.display_name}, ${formatSpan(parseUtc(interval.start), parseUtc(interval.end))}: `
     + `${free} of ${plural(pool.total_gpus, "GPU")} free, at most ${bookable} bookable at once.`;
 }

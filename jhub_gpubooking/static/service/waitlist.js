@@ -43,6 +43,9 @@ export function offerWaitlist(box, request) {
       const windowEnd = flexible.checked ? fromLocalInput(input) : null;
       const body = windowEnd === null ? request : { ...request, window_end: toUtcIso(windowEnd) };
       hideWaitlistOffer();
+      const nextFree = document.getElementById("gb-next-free"); // the refusal's other offer goes too
+      nextFree.replaceChildren();
+      nextFree.classList.add("d-none");
       act(box, () => createOnce("waits", body), (wait) => (wait.state === "booked"
         ? `That fitted at once: booked (booking ${wait.booking_id}).`
         : `You are on the waitlist (wait ${wait.id}). It is booked for you when the GPUs free up; `
