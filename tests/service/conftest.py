@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from page_browser import BROWSER_ZONE, CHROMIUM, CHROMIUM_ARGS
+from page_browser import CHROMIUM, CHROMIUM_ARGS, page_context
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,6 @@ def browser():
 
 @pytest.fixture
 def context(browser):
-    context = browser.new_context(
-        timezone_id=BROWSER_ZONE, locale="en-GB", viewport={"width": 1280, "height": 900}
-    )
+    context = page_context(browser)
     yield context
     context.close()

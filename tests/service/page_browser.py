@@ -57,6 +57,12 @@ PAGE_POOLS = [
 NO_REFRESH = "c.ReservationPage.page_refresh_seconds = 0\n"
 
 
+def page_context(browser, zone: str = BROWSER_ZONE):
+    """A fresh browser context (cookies, time zone ``zone``), as one user's browser."""
+    return browser.new_context(timezone_id=zone, locale="en-GB",
+                               viewport={"width": 1280, "height": 900})
+
+
 def start_page_hub(directory: Path, extra_service_config: str = "", refresh: bool = False):
     """A Hub with the booking service of ``PAGE_POOLS`` (a context manager, see hub_harness)."""
     extra = extra_service_config + ("" if refresh else NO_REFRESH)

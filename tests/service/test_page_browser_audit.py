@@ -26,6 +26,7 @@ from page_browser import (
     book_through_api,
     fill_booking_form,
     open_page,
+    page_context,
     screenshot,
     shown_sentence,
     shown_time,
@@ -62,9 +63,7 @@ def hub(tmp_path_factory):
 
 @pytest.fixture
 def kolkata(browser):
-    context = browser.new_context(
-        timezone_id=KOLKATA, locale="en-GB", viewport={"width": 1280, "height": 900}
-    )
+    context = page_context(browser, KOLKATA)
     yield context
     context.close()
 
