@@ -29,12 +29,10 @@ HOLDER_KINDS = ("claimed", "released", "claim_expired")
 
 @dataclass(frozen=True)
 class Ending:
-    """How booking ``booking_id`` was ended early: by its owner or not, and its holder then
-    (a Hub server's name, "" the default server, a ``pod:`` holder; None: nothing held it)."""
+    """How a booking was ended early: by its owner or not, and its holder then (a Hub server's
+    name, "" the default server, a ``pod:`` holder; None: nothing held it)."""
 
-    booking_id: int
     by_owner: bool
-    actor: str | None
     holder: str | None
 
 
@@ -58,8 +56,6 @@ def endings(store: BookingStore, booking_ids: Collection[int]) -> dict[int, Endi
             elif event.kind in HOLDER_KINDS:
                 holders[event.booking_id] = None
             elif "new_end" in detail:
-                found[event.booking_id] = Ending(
-                    event.booking_id, event.kind == "cancelled", event.actor,
-                    holders.get(event.booking_id),
-                )
+                found[event.booking_id] = Ending(event.kind == "cancelled",
+                                                 holders.get(event.booking_id))
     return found

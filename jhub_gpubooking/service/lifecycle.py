@@ -327,7 +327,7 @@ class Lifecycle(LoggingConfigurable):
         return True
 
     def _first_check_done(self) -> None:
-        if self._first_check is not None and not self._first_check.is_set():
+        if self._first_check is not None:
             self._first_check.set()
 
     def stop(self) -> None:

@@ -244,52 +244,32 @@ export const parseUtc = (text) => Date.parse(text);
 export const toUtcIso = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
 export const floorSlot = (ms) => Math.floor(ms / SLOT_MS) * SLOT_MS;
 const roundSlot = (ms) => Math.round(ms / SLOT_MS) * SLOT_MS;
-const sameDayLocal = (a, b) => new Date(a).toDateString() === new Date(b).toDateString();
-const sameDay = sameDayLocal;
+const sameDay = (a, b) => new Date(a).toDateString() === new Date(b).toDateString();
 export const byStart = (a, b) => parseUtc(a.start) - parseUtc(b.start);
 
 // ---------------------------------------------------------------- the service's sentences
 
-const CLOCK = String.raw`(\d{2}):(\d{2})`;
-const DATE = String.raw`(\d{4})-(\d{2})-(\d{2})`;
-const WEEKDAY = String.raw`(?:(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day )?`;
-/** A time the service writes in a sentence: "[Monday ]2026-12-07 10:00" or a bare "10:00",
- * with the " UTC" that may follow it. */
-const SERVER_TIME = new RegExp(String.raw`${WEEKDAY}${DATE} ${CLOCK}( UTC)?|\b${CLOCK}( UTC)?\b`, "g");
+// A time or an interval as the service writes it in a sentence (core.timegrid's clock_text and
+// span_text): "2026-12-07 10:00 UTC", "2026-12-07 10:00 to 11:00 UTC" (the end's date only when
+// it differs), now and then a weekday before it.
+const SERVER_TIME = new RegExp(String.raw`(?:(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day )?` +
+  String.raw`(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2})(?: to (?:(\d{4})-(\d{2})-(\d{2}) )?(\d{2}):(\d{2}))? UTC`, "g");
 
 /** A sentence of the service (a refusal, a notice, a reason) with its times in the browser's
- * zone, written as the page writes its other times: the service writes them in UTC
- * ("2026-12-07 10:00 to 11:00 UTC", "start at 21:15 and end at 22:15 UTC"). Every sentence of
- * the service the page shows goes through here. A bare time takes its date from the time
- * before it in the sentence (or now): the first such time after it when it ends a span ("to",
- * "until", "end at"), else the nearest one. Sentences without "UTC" are left as they are. */
+ * zone, written as the page writes its other times. Every sentence of the service the page
+ * shows goes through here. */
 export function serverSentence(text) {
-  if (typeof text !== "string" || !text.includes("UTC")) return text;
-  let contextMs = Date.now();
-  let shownMs = null;
-  return text.replace(SERVER_TIME, (match, ...groups) => {
-    const [year, month, day, hour, minute, , bareHour, bareMinute] = groups;
-    const offset = groups[groups.length - 2];
-    let ms;
-    if (year !== undefined) {
-      ms = Date.UTC(Number(year), Number(month) - 1, Number(day), Number(hour), Number(minute));
-    } else {
-      const context = new Date(contextMs);
-      const sameDay = Date.UTC(context.getUTCFullYear(), context.getUTCMonth(), context.getUTCDate(),
-        Number(bareHour), Number(bareMinute));
-      if (/(\bto|\buntil|\bend at|–|-)\s*$/.test(text.slice(0, offset))) {
-        ms = sameDay < contextMs ? sameDay + DAY_MS : sameDay; // the end of a span
-      } else {
-        const candidates = [sameDay - DAY_MS, sameDay, sameDay + DAY_MS];
-        ms = candidates.reduce((best, at) => (Math.abs(at - contextMs) < Math.abs(best - contextMs) ? at : best));
-      }
-    }
-    // a time on the day of the time shown before it in the sentence shows the time alone
-    const shown = year === undefined && shownMs !== null && sameDayLocal(shownMs, ms)
-      ? timeFormat.format(ms) : dateTimeFormat.format(ms);
-    contextMs = ms;
-    shownMs = ms;
-    return shown;
+  if (typeof text !== "string") return text;
+  return text.replace(SERVER_TIME, (match, year, month, day, hour, minute, endYear, endMonth, endDay,
+    endHour, endMinute) => {
+    const startMs = Date.UTC(+year, +month - 1, +day, +hour, +minute);
+    const shown = dateTimeFormat.format(startMs);
+    if (endHour === undefined) return shown;
+    const endMs = endYear === undefined
+      ? Date.UTC(+year, +month - 1, +day, +endHour, +endMinute)
+      : Date.UTC(+endYear, +endMonth - 1, +endDay, +endHour, +endMinute);
+    // the end alone when it falls on the start's day here, as the service writes it in UTC
+    return `${shown} to ${(sameDay(startMs, endMs) ? timeFormat : dateTimeFormat).format(endMs)}`;
   });
 }
 
