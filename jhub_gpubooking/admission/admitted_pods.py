@@ -165,6 +165,8 @@ class AdmittedPods:
         self.settings = settings
         self.metrics = metrics
         self._logged: set[str | None] = set()
+        #: a round has listed the pods (every namespace it could) since this process started
+        self.compared = False
 
     def _namespaces(self, settings: AdmissionSettings, claimed: Collection[str]) -> list[str]:
         named = set(settings.namespaces) or set(settings.namespace_owners)
@@ -179,6 +181,7 @@ class AdmittedPods:
         claimed = {pod[0] for booking, _ in held if (pod := holder_pod(booking.server))}
         namespaces = self._namespaces(settings, claimed)
         if not namespaces:
+            self.compared = True  # no pod can run on a booking: nothing to compare
             return []
         try:
             async with await self._connect() as api_client:
@@ -187,7 +190,9 @@ class AdmittedPods:
                 for namespace in namespaces:
                     pods += await self._listed(api_client, api, namespace, settings)
                 self._logged.discard(None)
-                return await self._act_on(api, pods, now)
+                acted = await self._act_on(api, pods, now)
+                self.compared = True
+                return acted
         except Exception as error:  # noqa: BLE001 - retried on the next tick
             self._warn_once(None, "Admitted pods not compared with their bookings (retried "
                             f"every tick): {error}")

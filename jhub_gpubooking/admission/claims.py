@@ -129,8 +129,11 @@ class PodClaims:
 
         return CoreV1Api(api_client)
 
-    async def reconcile(self, now: datetime) -> list[tuple[int, ClaimAction]]:
-        """Release claims of ended pods, delete pods of ended bookings; returns what was done."""
+    async def reconcile(self, now: datetime, delete_pods: bool = True,
+                        ) -> list[tuple[int, ClaimAction]]:
+        """Release claims of ended pods, delete pods of ended bookings (unless not
+        ``delete_pods``: then a pod's booking ended is left to a later call); returns what was
+        done."""
         held = await in_executor(self.executor, self.store.held_by_prefix, POD_HOLDER_PREFIX)
         done: list[tuple[int, ClaimAction]] = []
         if not held:
@@ -158,6 +161,8 @@ class PodClaims:
                         # label taken off since admission; only a read tells which
                         facts = await self._read_pod(api, *pod)
                     action = decide_claim(booking, claimed_at, facts, now, self.grace)
+                    if action is ClaimAction.DELETE_POD and not delete_pods:
+                        continue
                     if action is ClaimAction.DELETE_POD:
                         await delete_pod(api, *pod)
                         log.info("Deleted pod %s/%s: its booking %s ended at %s", *pod,

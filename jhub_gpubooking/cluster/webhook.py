@@ -168,10 +168,17 @@ class AdmissionWebhook(LoggingConfigurable):
         if self.admitted_pods is not None:
             await self.admitted_pods.check(now)
 
-    async def reconcile_pod_claims(self, now: datetime) -> None:
-        """Called by the lifecycle tick: end pods whose bookings are over."""
+    @property
+    def pods_compared(self) -> bool:
+        """Whether :meth:`check_admitted_pods` has compared the admitted pods with the database
+        since this process started (True when the webhook does not claim bookings)."""
+        return self.admitted_pods is None or self.admitted_pods.compared
+
+    async def reconcile_pod_claims(self, now: datetime, delete_pods: bool = True) -> None:
+        """Called by the lifecycle tick: release the claims of pods that are gone and (with
+        ``delete_pods``) end pods whose bookings are over."""
         if self.pod_claims is not None:
-            await self.pod_claims.reconcile(now)
+            await self.pod_claims.reconcile(now, delete_pods=delete_pods)
 
     def stop(self) -> None:
         if self._certificate_check is not None:

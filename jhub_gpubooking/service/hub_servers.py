@@ -4,8 +4,10 @@ Every few minutes, and at the service's first lifecycle tick (so right after a r
 booking database, which runs with the hub stopped), the service lists the Hub's active servers
 and compares each one's booking with the database (the rule: :mod:`..core.hub_servers`). A
 server on a booking the database lacks, or cannot give it, is stopped through the Hub; a server
-on its own active booking with no claim gets its claim recorded again. It runs first in the
-tick, so the claim is back before the no-show rule looks at the booking.
+on its own active booking with no claim gets its claim recorded again. It runs early in the
+tick, so the claim is back before the no-show rule looks at the booking (at the first tick after
+a start, after the release of the claims of pods that are gone: a booking a restore gave back
+held by such a pod is the server's, not "in use" by the pod).
 
 Also :func:`stop_hub_server`, the one way the service stops a Hub server.
 """
@@ -141,6 +143,13 @@ class HubServers(LoggingConfigurable):
         super().__init__(**kwargs)
         self._last_round: datetime | None = None
         self._hub_failure_logged = False
+
+    @property
+    def compared(self) -> bool:
+        """Whether a round has compared the Hub's servers with the database since this process
+        started (True when the check is off): until then a restored booking a server runs on
+        may look unclaimed."""
+        return not self.check_interval_minutes or self._last_round is not None
 
     def _round_due(self, now: datetime) -> bool:
         if not self.check_interval_minutes:

@@ -105,9 +105,11 @@ class Lifecycle(LoggingConfigurable):
     )
     webhook = Any(
         None,
-        help="The AdmissionWebhook: checks the pods it admitted against their bookings (first in "
-        "the tick), stops pods holding bookings, reconciles its claims. Set by the service "
-        "after this component (the webhook takes end_grace_seconds from it).",
+        help="The AdmissionWebhook: after the HubServers check (at the first tick after a "
+        "start, also before it: it releases the claims of pods that are gone) checks the pods "
+        "it admitted against their bookings, and after the stop rule deletes pods whose "
+        "booking is over. Set by the service after "
+        "this component (the webhook takes end_grace_seconds from it).",
     )
     orphan_pods = Any(
         None,
@@ -117,7 +119,7 @@ class Lifecycle(LoggingConfigurable):
     hub_servers = Any(
         None,
         help="The HubServers check: stops Hub servers running without a booking of theirs and "
-        "records lost claims, first in the tick (before the no-show rule). Set by the service.",
+        "records lost claims, early in the tick (before the no-show rule). Set by the service.",
     )
     removed_users = Any(
         None,
@@ -156,12 +158,22 @@ class Lifecycle(LoggingConfigurable):
     async def tick(self, now: datetime | None = None) -> list[Action]:
         """Do what the lifecycle rules ask for at ``now``; returns the actions attempted."""
         now = now or self.clock.now()
+        if (self.webhook is not None and self.hub_servers is not None
+                and not self.hub_servers.compared):
+            # until the Hub check has run once since the start (so after a restore), the claims
+            # of pods that are gone are released before it: a restore may give a booking back
+            # held by a pod that ended since while a Hub server runs on it, and the check would
+            # stop that server for a booking "in use by a pod". Later the state cannot arise (a
+            # server cannot claim a booking a pod holds). Pods whose booking is over are ended
+            # at the end of the tick, after the stop rule asked them to go.
+            await self.webhook.reconcile_pod_claims(now, delete_pods=False)
         if self.hub_servers is not None:
             await self.hub_servers.check(now)
         # pods the webhook admitted, from the cluster's side, before the no-show rule too
         if self.webhook is not None:
             await self.webhook.check_admitted_pods(now)
-        self._first_check_done()
+        if self._checks_compared():
+            self._first_check_done()
         await self.expire_stale_claims(now)
         actions = await in_executor(self.executor, self.bookings.due, now)
         for action in actions:
@@ -326,6 +338,20 @@ class Lifecycle(LoggingConfigurable):
             return False
         return True
 
+    def _checks_compared(self) -> bool:
+        """Whether the Hub's servers and the admitted pods have been compared with the database
+        since this process started (a check that could not reach the Hub or the cluster has
+        not: a claim meanwhile could take a booking one of them runs on)."""
+        return ((self.hub_servers is None or self.hub_servers.compared)
+                and (self.webhook is None or self.webhook.pods_compared))
+
+    def _give_up_first_check(self) -> None:
+        if self._first_check is not None and not self._first_check.is_set():
+            self.log.warning("Claims no longer wait for the first comparison of the running "
+                             "servers and pods with the database, which has not succeeded "
+                             "yet; the next one puts right what a claim gets wrong")
+            self._first_check.set()
+
     def _first_check_done(self) -> None:
         if self._first_check is not None:
             self._first_check.set()
@@ -350,9 +376,12 @@ class Lifecycle(LoggingConfigurable):
             await in_executor(self.executor, self.lock.release)
 
     async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        wait_until = loop.time() + FIRST_CHECK_WAIT_SECONDS
         while True:
+            ticked = True
             try:
-                await self.run_tick()
+                ticked = await self.run_tick() is not None
             except Exception as error:
                 if unavailable_reason(error):
                     # an outage: one line a tick, not a traceback a second
@@ -362,7 +391,11 @@ class Lifecycle(LoggingConfigurable):
                     )
                 else:
                     self.log.exception("Lifecycle tick failed; trying again next interval")
-            # claims wait no longer than this first tick, even one skipped (another process
-            # ticks) or failed: the next check puts right what a claim in between got wrong
-            self._first_check_done()
+            # a skipped tick: the process holding the lock checks. A failed one (the database
+            # down, the Hub or the cluster unreachable) holds claims no longer than
+            # FIRST_CHECK_WAIT_SECONDS, so a lasting failure cannot hold them all for good
+            if not ticked:
+                self._first_check_done()
+            elif loop.time() >= wait_until:
+                self._give_up_first_check()
             await asyncio.sleep(self.lifecycle_interval_seconds)

@@ -190,3 +190,27 @@ async def test_a_namespace_the_service_may_not_list_is_named_once_and_hides_no_o
         "Admitted pods of namespace alice-jobs not compared with their bookings (retried every "
         "tick): 403 Forbidden: the hub's service account needs list on pods there, which "
         "pod-claims-rbac.yaml grants since 0.2.0 (apply it again)"]
+
+
+async def test_a_round_that_could_not_reach_the_cluster_has_compared_nothing(pools, monkeypatch):
+    """Claims wait for the first round that compared (service/lifecycle.py): one the cluster
+    did not answer has not, a round without a namespace to look at has nothing to compare."""
+    cluster = FakeCluster({}, forbidden=set())
+    reachable = False
+    monkeypatch.setattr(kubernetes_asyncio.client, "CoreV1Api", lambda api_client: api_client)
+
+    async def connect():
+        if not reachable:
+            raise OSError("Connection refused")
+        return cluster
+
+    settings = AdmissionSettings(pools=pools, namespaces=("alice-jobs",))
+    with ThreadPoolExecutor(1) as executor:
+        check = AdmittedPods(NoBookings(), connect, executor, GRACE, lambda: settings)
+        assert await check.check(NOW) == [] and not check.compared
+        reachable = True
+        assert await check.check(NOW) == [] and check.compared
+        nowhere = AdmittedPods(NoBookings(), connect, executor, GRACE,
+                               lambda: AdmissionSettings(pools=pools))
+        reachable = False
+        assert await nowhere.check(NOW) == [] and nowhere.compared

@@ -104,6 +104,8 @@ async def test_the_reconcile_lists_claimed_pods_and_reads_only_those_not_listed(
 
     core, service = cluster_and_service
     store = service.store
+    # no Hub here: with its check off, the tick reconciles the claims once, at its end
+    service.lifecycle.hub_servers.check_interval_minutes = 0
     reads = []
     read = CoreV1Api.read_namespaced_pod
 
@@ -143,6 +145,7 @@ async def test_without_list_on_pods_the_reconcile_reads_each_claimed_pod(
 
     core, service = cluster_and_service
     store = service.store
+    service.lifecycle.hub_servers.check_interval_minutes = 0  # no Hub: one reconcile a tick
     booking = store.create("alice", "a100", 1, at(10), at(11))
     await core.create_namespaced_pod("alice-jobs", running_gpu_pod("only"))
     await wait_for_phase(core, "only", {"Running"})
@@ -187,8 +190,10 @@ async def _claims_wait_for_the_first_check(core, service) -> None:
     await wait_for_phase(core, "kept", {"Running"})
     store.release(booking.id, "pod:alice-jobs/kept")  # as a restore gives it back unclaimed
 
-    # the first tick is slow to reach the Hub, as just after a restart
+    # the first tick is slow to reach the Hub, as just after a restart (there is no Hub here:
+    # its servers' check, turned off, waits for the test to let it answer with none)
     hub_answers = asyncio.Event()
+    service.lifecycle.hub_servers.check_interval_minutes = 0
     check_servers = service.lifecycle.hub_servers.check
 
     async def slow_check(now):
@@ -213,3 +218,36 @@ async def _claims_wait_for_the_first_check(core, service) -> None:
         assert store.get(booking.id).server == "pod:alice-jobs/kept"
     finally:
         service.lifecycle.stop()
+
+
+async def test_a_server_on_a_booking_restored_held_by_a_gone_pod_keeps_running(
+        cluster_and_service, monkeypatch):
+    """After a restore a booking may be back held by a pod that ended since, while the Hub
+    server that claimed it next runs on it: the tick releases the gone pod's claim before it
+    compares the Hub's servers, so the server gets its claim back instead of being stopped
+    for a booking "in use by a pod"."""
+    from jhub_gpubooking.service import hub_servers
+
+    _core, service = cluster_and_service
+    store = service.store
+    booking = store.create("alice", "a100", 1, at(10), at(11))
+    store.claim(booking.id, "pod:alice-jobs/gone")  # the backup's claim; that pod ended since
+    running = {"alice": {"gpu": {"ready": True, "pending": None,
+                                 "state": {"gpu_booking_id": booking.id}}}}
+    stopped = []
+
+    async def listing(api_url, token):
+        return running
+
+    async def servers_of(api_url, token, user):
+        return running.get(user, {})
+
+    async def stop(api_url, token, user, server, why):
+        stopped.append((user, server, why))
+        return True
+
+    monkeypatch.setattr(hub_servers, "active_servers", listing)
+    monkeypatch.setattr(hub_servers, "user_servers", servers_of)
+    monkeypatch.setattr(hub_servers, "stop_hub_server", stop)
+    await service.lifecycle.tick(at(10, 30))
+    assert stopped == [] and store.get(booking.id).server == "gpu"

@@ -21,6 +21,7 @@ from jhub_gpubooking.core.lifecycle import ActionKind
 from jhub_gpubooking.core.model import Booking
 from jhub_gpubooking.db.endings import endings
 from jhub_gpubooking.db.removed_users import missing_users
+from jhub_gpubooking.service import hub_servers, lifecycle
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.email import warning_text
 from jhub_gpubooking.service.lifecycle_api import notices_json, report_csv
@@ -199,7 +200,49 @@ async def test_while_the_hub_cannot_say_nothing_is_stopped_or_expired(service, f
     assert calls == [("ada", "", "token service-token")]
 
 
+def hub_listing(monkeypatch, hub_up: list[bool]) -> None:
+    """The Hub's list of active servers: refused while ``hub_up[0]`` is False, else empty."""
+
+    async def listing(api_url, token):
+        if not hub_up[0]:
+            raise OSError("Connection refused")
+        return {}
+
+    monkeypatch.setattr(hub_servers, "active_servers", listing)
+
+
+async def test_claims_wait_for_a_first_tick_that_reached_the_hub(service, monkeypatch):
+    """A first tick that could not list the Hub's servers (the Hub still starting) compared
+    nothing: claims wait on for a tick that did, since after a restore a booking a server runs
+    on looks unclaimed until then."""
+    hub_up = [False]
+    hub_listing(monkeypatch, hub_up)
+    service.lifecycle.lifecycle_interval_seconds = 0.05
+    service.lifecycle.start()
+    try:
+        assert not await service.lifecycle.after_first_check(0.3)
+        hub_up[0] = True
+        assert await service.lifecycle.after_first_check(2)
+    finally:
+        service.lifecycle.stop()
+
+
+async def test_a_hub_that_stays_unreachable_holds_claims_only_so_long(service, monkeypatch,
+                                                                       caplog):
+    hub_listing(monkeypatch, [False])
+    monkeypatch.setattr(lifecycle, "FIRST_CHECK_WAIT_SECONDS", 0.3)
+    service.lifecycle.lifecycle_interval_seconds = 0.05
+    service.lifecycle.start()
+    try:
+        assert not await service.lifecycle.after_first_check(0.1)
+        assert await service.lifecycle.after_first_check(2)
+    finally:
+        service.lifecycle.stop()
+    assert "Claims no longer wait for the first comparison" in caplog.text
+
+
 async def test_a_start_still_pending_at_the_end_is_stopped_not_left_to_come_up(
+
     service, fake_hub
 ):
     _, calls, servers = fake_hub
