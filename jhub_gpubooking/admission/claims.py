@@ -53,12 +53,16 @@ class PodFacts:
 
 
 def decide_claim(booking: Booking, claimed_at: datetime, pod: PodFacts | None, now: datetime,
-                 grace: timedelta) -> ClaimAction | None:
+                 grace: timedelta, settled: bool = False) -> ClaimAction | None:
     """What to do about ``booking``'s pod claim at ``now`` (``pod`` None: no such pod).
 
+    ``settled``: the claim is older than the service process, whose start took longer than the
+    API server needs to store an admitted pod, so a pod missing is gone at once (after a
+    restore, a claim from the backup names a pod that may have ended long since).
     A cancelled booking is over at once: its pod is deleted without the end's grace."""
     if pod is None:
-        return ClaimAction.RELEASE if now - claimed_at >= POD_CREATE_WINDOW else None
+        return (ClaimAction.RELEASE if settled or now - claimed_at >= POD_CREATE_WINDOW
+                else None)
     if pod.finished:
         return ClaimAction.RELEASE
     if booking.status == "cancelled" or now >= booking.end + grace:
@@ -130,10 +134,12 @@ class PodClaims:
         return CoreV1Api(api_client)
 
     async def reconcile(self, now: datetime, delete_pods: bool = True,
+                        settled_before: datetime | None = None,
                         ) -> list[tuple[int, ClaimAction]]:
         """Release claims of ended pods, delete pods of ended bookings (unless not
         ``delete_pods``: then a pod's booking ended is left to a later call); returns what was
-        done."""
+        done. Claims made before ``settled_before`` (the process's start) are settled (see
+        :func:`decide_claim`)."""
         held = await in_executor(self.executor, self.store.held_by_prefix, POD_HOLDER_PREFIX)
         done: list[tuple[int, ClaimAction]] = []
         if not held:
@@ -160,7 +166,8 @@ class PodClaims:
                         # not among the labelled pods listed: gone, not stored yet, or its
                         # label taken off since admission; only a read tells which
                         facts = await self._read_pod(api, *pod)
-                    action = decide_claim(booking, claimed_at, facts, now, self.grace)
+                    settled = settled_before is not None and claimed_at < settled_before
+                    action = decide_claim(booking, claimed_at, facts, now, self.grace, settled)
                     if action is ClaimAction.DELETE_POD and not delete_pods:
                         continue
                     if action is ClaimAction.DELETE_POD:

@@ -174,11 +174,13 @@ class AdmissionWebhook(LoggingConfigurable):
         since this process started (True when the webhook does not claim bookings)."""
         return self.admitted_pods is None or self.admitted_pods.compared
 
-    async def reconcile_pod_claims(self, now: datetime, delete_pods: bool = True) -> None:
+    async def reconcile_pod_claims(self, now: datetime, delete_pods: bool = True,
+                                   settled_before: datetime | None = None) -> None:
         """Called by the lifecycle tick: release the claims of pods that are gone and (with
-        ``delete_pods``) end pods whose bookings are over."""
+        ``delete_pods``) end pods whose bookings are over (see :meth:`PodClaims.reconcile`)."""
         if self.pod_claims is not None:
-            await self.pod_claims.reconcile(now, delete_pods=delete_pods)
+            await self.pod_claims.reconcile(now, delete_pods=delete_pods,
+                                            settled_before=settled_before)
 
     def stop(self) -> None:
         if self._certificate_check is not None:

@@ -139,6 +139,8 @@ class Lifecycle(LoggingConfigurable):
         # unset from start() until the first tick has compared the running servers and pods
         # with the database (see after_first_check); None: no periodic tick, nothing to wait for
         self._first_check: asyncio.Event | None = None
+        # when start() ran: pod claims older than this process name pods stored long since
+        self._started_at: datetime | None = None
 
     @property
     def early_starts(self) -> EarlyStarts:
@@ -166,7 +168,8 @@ class Lifecycle(LoggingConfigurable):
             # stop that server for a booking "in use by a pod". Later the state cannot arise (a
             # server cannot claim a booking a pod holds). Pods whose booking is over are ended
             # at the end of the tick, after the stop rule asked them to go.
-            await self.webhook.reconcile_pod_claims(now, delete_pods=False)
+            await self.webhook.reconcile_pod_claims(now, delete_pods=False,
+                                                    settled_before=self._started_at)
         if self.hub_servers is not None:
             await self.hub_servers.check(now)
         # pods the webhook admitted, from the cluster's side, before the no-show rule too
@@ -317,6 +320,7 @@ class Lifecycle(LoggingConfigurable):
             )
 
     def start(self) -> None:
+        self._started_at = self.clock.now()
         if self.lifecycle_interval_seconds > 0:
             self._first_check = asyncio.Event()
             self._task = asyncio.ensure_future(self._loop())

@@ -103,6 +103,14 @@ def test_decide_claim(pod, claimed_ago, now, action):
     assert decide_claim(booking(), now - claimed_ago, pod, now, GRACE) is action
 
 
+def test_a_claim_older_than_the_process_names_a_pod_stored_long_since():
+    """A claim made before the service started (a restore's, from the backup) whose pod is
+    missing is released at once: the create window is for admissions still on their way."""
+    just = NOW - timedelta(seconds=10)
+    assert decide_claim(booking(), just, None, NOW, GRACE, settled=True) is ClaimAction.RELEASE
+    assert decide_claim(booking(), just, PodFacts("Running"), NOW, GRACE, settled=True) is None
+
+
 def test_the_pod_of_a_cancelled_booking_is_deleted_at_once():
     cancelled = booking().with_changes(status="cancelled")
     claimed = NOW - timedelta(minutes=1)

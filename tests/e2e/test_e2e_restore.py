@@ -9,7 +9,8 @@ booking is gone, record again the claim of a server whose booking the backup has
 (before the no-show rule, a minute here, releases it), and give the next booking an id that
 was never given before. The same for pods the admission webhook admitted outside the Hub: the
 one on a booking made since the backup is deleted, the one on a booking the backup has
-unclaimed gets its claim back.
+unclaimed gets its claim back. And a server on a booking the backup has held by a pod that
+ended since keeps running, with its claim recorded (CI's database-outage walks met this).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import httpx
 import pytest
 from e2e_harness import Driver, running_demo
 from pod_commands import SLEEPER
@@ -49,14 +51,18 @@ def bookings(driver: Driver) -> dict[int, dict]:
     return {booking["id"]: booking for booking in response.json()["bookings"]}
 
 
-def create_pod(driver: Driver, name: str, booking_id: int) -> None:
+def post_pod(driver: Driver, name: str, booking_id: int) -> httpx.Response:
     """A pod in the gated namespace on one whole L4 GPU, naming its booking."""
     pod = {"metadata": {"name": name,
                         "annotations": {"gpubooking.jupyter.org/booking-id": str(booking_id)}},
            "spec": {"restartPolicy": "Never", "containers": [{
                "name": "main", "image": "python:3.12", "command": SLEEPER,
                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
-    response = driver.cluster.post(f"api/v1/namespaces/{LAB}/pods", json=pod)
+    return driver.cluster.post(f"api/v1/namespaces/{LAB}/pods", json=pod)
+
+
+def create_pod(driver: Driver, name: str, booking_id: int) -> None:
+    response = post_pod(driver, name, booking_id)
     assert response.status_code == 201, response.text
 
 
@@ -142,5 +148,54 @@ def test_a_restore_with_the_hub_stopped_takes_the_bookings_back_and_gives_no_id_
             for user in ("bob", "carol"):
                 driver.stop_server(user)
             assert driver.cluster.delete(f"api/v1/namespaces/{LAB}/pods/on-kept").status_code == 200
+        finally:
+            driver.close()
+
+
+def wait_for(predicate, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_a_server_on_a_booking_the_backup_has_held_by_an_ended_pod_keeps_running(tmp_path):
+    """After the backup dan's pod on his booking ended and he started a GPU server on it; the
+    restore gives the booking back held by that pod. The service releases the claim of the pod
+    that is gone and records the server's, instead of stopping the server for a booking "in
+    use by a pod", and a new pod on the booking is refused while the server runs on it."""
+    with running_demo(tmp_path / "restore-pod-demo", profile="soak",
+                      gated_namespaces={LAB: "dan"}) as driver:
+        demo = driver.demo
+        url = f"sqlite:///{demo.state_dir / 'gpubooking.sqlite'}"
+        dans = driver.book("dan", "l4", 1, minutes=60)
+        create_pod(driver, "before", dans["id"])
+        assert driver.get_booking(dans["id"])["server"] == f"pod:{LAB}/before"
+        backup = tmp_path / "gpubooking-backup.sqlite"
+        admin("db", "backup", str(backup), "--db-url", url)
+
+        assert driver.cluster.delete(f"api/v1/namespaces/{LAB}/pods/before").status_code == 200
+        wait_for(lambda: driver.get_booking(dans["id"])["server"] is None,
+                 "the ended pod's claim to be released")
+        assert driver.start_server("dan", "l4").status_code in (201, 202)
+        driver.wait_ready("dan")
+        assert driver.get_booking(dans["id"])["server"] == ""
+
+        demo.stop_hub()
+        out = admin("db", "restore", str(backup), "--db-url", url)
+        assert "Bookings changed since the backup, as they were then (1):" in out
+        demo.start_hub()
+        driver.close()
+        driver = Driver(demo)  # the old connections went to the Hub's old proxy
+        try:
+            wait_for(lambda: driver.get_booking(dans["id"])["server"] != f"pod:{LAB}/before",
+                     "the service's first check")
+            dan = driver.get_booking(dans["id"])
+            assert (dan["server"], dan["state"]) == ("", "active")
+            assert driver.server_model("dan")["ready"] and "jupyter-dan" in driver.pods()
+            response = post_pod(driver, "beside", dans["id"])
+            assert response.status_code == 403, response.text
+            assert "one booking admits one pod at a time" in response.json()["message"]
+            driver.stop_server("dan")
         finally:
             driver.close()
