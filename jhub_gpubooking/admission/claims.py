@@ -168,9 +168,9 @@ class PodClaims:
                         facts = await self._read_pod(api, *pod)
                     settled = settled_before is not None and claimed_at < settled_before
                     action = decide_claim(booking, claimed_at, facts, now, self.grace, settled)
-                    if action is ClaimAction.DELETE_POD and not delete_pods:
-                        continue
                     if action is ClaimAction.DELETE_POD:
+                        if not delete_pods:
+                            continue  # left to a later call
                         await delete_pod(api, *pod)
                         log.info("Deleted pod %s/%s: its booking %s ended at %s", *pod,
                                  booking.id, booking.end)

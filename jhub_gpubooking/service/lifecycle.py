@@ -108,8 +108,8 @@ class Lifecycle(LoggingConfigurable):
         help="The AdmissionWebhook: after the HubServers check (at the first tick after a "
         "start, also before it: it releases the claims of pods that are gone) checks the pods "
         "it admitted against their bookings, and after the stop rule deletes pods whose "
-        "booking is over. Set by the service after "
-        "this component (the webhook takes end_grace_seconds from it).",
+        "booking is over. Set by the service after this component (the webhook takes "
+        "end_grace_seconds from it).",
     )
     orphan_pods = Any(
         None,
