@@ -115,6 +115,16 @@ def _port_was_taken(log_dir: Path, before: dict[Path, int]) -> bool:
     return False
 
 
+def wait_for(condition, what: str, timeout: float = 120):
+    """Poll ``condition`` until it returns something true, and return that; fail naming
+    ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:.0f} s"
+        time.sleep(0.5)
+    return result
+
+
 @contextmanager
 def running_demo(state_dir: Path, **options) -> Iterator[Driver]:
     """The demo started with ``options`` (those of :func:`start_demo`) and a Driver on it; both

@@ -7,11 +7,10 @@ and checked by the last, so their waits overlap with the other tests.
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from e2e_harness import running_demo
+from e2e_harness import running_demo, wait_for
 
 # the module's rules wait on real minutes, overlapping (tests/one_set.py: the wall-clock lane)
 pytestmark = [pytest.mark.e2e, pytest.mark.wall_clock]
@@ -27,16 +26,6 @@ def notices(driver, user: str) -> list[dict]:
     response = driver.booking.get(f"users/{user}/notices")
     assert response.status_code == 200, response.text
     return response.json()["notices"]
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(1)
-    pytest.fail(f"{what} did not happen within {timeout:.0f} s")
 
 
 PENDING: dict[str, dict] = {}

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
 import pytest
-from e2e_harness import Driver, running_demo
+from e2e_harness import Driver, running_demo, wait_for
 from pod_commands import SLEEPER
 
 from jhub_gpubooking.core.timegrid import ceil_to_grid
@@ -130,9 +129,8 @@ def test_a_restore_with_the_hub_stopped_takes_the_bookings_back_and_gives_no_id_
             assert carol["end"] == carols["end"]
             assert driver.server_model("carol")["ready"]
             # and dan's pods likewise: the one on the booking that is gone is deleted
-            deadline = time.monotonic() + 60
-            while "on-since" in lab_pods(driver) and time.monotonic() < deadline:
-                time.sleep(0.5)
+            wait_for(lambda: "on-since" not in lab_pods(driver), "the deletion of on-since",
+                     timeout=60)
             assert lab_pods(driver) == {"on-kept"}
             dan = driver.get_booking(dans["id"])
             assert (dan["server"], dan["state"], dan["end"]) == (
@@ -152,13 +150,6 @@ def test_a_restore_with_the_hub_stopped_takes_the_bookings_back_and_gives_no_id_
             driver.close()
 
 
-def wait_for(predicate, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"still waiting for {what}"
-        time.sleep(0.5)
-
-
 def test_a_server_on_a_booking_the_backup_has_held_by_an_ended_pod_keeps_running(tmp_path):
     """After the backup dan's pod on his booking ended and he started a GPU server on it; the
     restore gives the booking back held by that pod. The service releases the claim of the pod
@@ -176,7 +167,7 @@ def test_a_server_on_a_booking_the_backup_has_held_by_an_ended_pod_keeps_running
 
         assert driver.cluster.delete(f"api/v1/namespaces/{LAB}/pods/before").status_code == 200
         wait_for(lambda: driver.get_booking(dans["id"])["server"] is None,
-                 "the ended pod's claim to be released")
+                 "the release of the ended pod's claim")
         assert driver.start_server("dan", "l4").status_code in (201, 202)
         driver.wait_ready("dan")
         assert driver.get_booking(dans["id"])["server"] == ""

@@ -242,7 +242,6 @@ async def test_a_hub_that_stays_unreachable_holds_claims_only_so_long(service, m
 
 
 async def test_a_start_still_pending_at_the_end_is_stopped_not_left_to_come_up(
-
     service, fake_hub
 ):
     _, calls, servers = fake_hub
