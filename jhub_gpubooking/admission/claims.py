@@ -76,15 +76,25 @@ def pod_facts(pod: Any) -> PodFacts:
                     deleting=pod.metadata.deletion_timestamp is not None)
 
 
-async def delete_pod(api: Any, namespace: str, name: str) -> None:
-    """Delete a pod through a ``kubernetes_asyncio`` CoreV1Api; one already gone is fine."""
+async def delete_pod(api: Any, namespace: str, name: str, uid: str = "") -> bool:
+    """Delete a pod through a ``kubernetes_asyncio`` CoreV1Api; one already gone is fine. With
+    ``uid``, only that pod (a UID precondition): one made since under the same name is left
+    alone. True when the pod was there to delete."""
+    from kubernetes_asyncio.client import V1DeleteOptions, V1Preconditions
     from kubernetes_asyncio.client.exceptions import ApiException
 
     try:
-        await api.delete_namespaced_pod(name, namespace)
+        if uid:
+            options = V1DeleteOptions(preconditions=V1Preconditions(uid=uid))
+            await api.delete_namespaced_pod(name, namespace, body=options)
+        else:
+            await api.delete_namespaced_pod(name, namespace)
     except ApiException as error:
-        if error.status != 404:
-            raise
+        # 409 with a UID: the precondition failed, the name is another pod's now
+        if error.status == 404 or (uid and error.status == 409):
+            return False
+        raise
+    return True
 
 
 class PodClaims:

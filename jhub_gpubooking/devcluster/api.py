@@ -231,7 +231,8 @@ class ResourceHandler(KubeHandler):
         grace = self.get_query_argument("gracePeriodSeconds", None)
         if grace is None:
             grace = options.get("gracePeriodSeconds")
-        self.write_json(self.cluster.delete(resource, namespace, name, None if grace is None else int(grace)))
+        self.write_json(self.cluster.delete(resource, namespace, name, None if grace is None else int(grace),
+                                            options.get("preconditions")))
 
     # -- watch --------------------------------------------------------------------------------
 

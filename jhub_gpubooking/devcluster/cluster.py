@@ -217,10 +217,18 @@ class DevCluster:
 
     # -- deletion semantics shared by the API and the garbage collector -----------------------
 
-    def delete(self, resource: str, namespace: str | None, name: str, grace_seconds: int | None = None) -> dict:
+    def delete(self, resource: str, namespace: str | None, name: str, grace_seconds: int | None = None,
+               preconditions: dict | None = None) -> dict:
         """Delete like the API server: a running pod only gets a deletionTimestamp and the kubelet
-        removes it once its process group is gone; everything else goes at once."""
+        removes it once its process group is gone; everything else goes at once. ``preconditions``
+        (DeleteOptions') name the uid and resourceVersion the object must still have (409 if not)."""
         obj = self.store.get(resource, namespace, name)
+        for key, field in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            wanted = (preconditions or {}).get(key)
+            if wanted is not None and wanted != obj["metadata"].get(key):
+                raise ApiError(409, "Conflict", f"Precondition failed: {field} in precondition: {wanted}, "
+                                                f"{field} in object meta: {obj['metadata'].get(key)}",
+                               {"name": name, "kind": resource})
         if resource == "pods" and obj["spec"].get("nodeName") and obj["status"].get("phase") not in TERMINAL_PHASES:
             if grace_seconds is None:
                 grace_seconds = obj["spec"].get("terminationGracePeriodSeconds", 30)
