@@ -500,14 +500,14 @@ class GPUBookingService(Application):
             grace_seconds=self.lifecycle.end_grace_seconds, metrics=self.metrics,
         )
         self.lifecycle.webhook = self.webhook
+        self.lifecycle.hub_servers = HubServers(**common, **hub, metrics=self.metrics,
+                                                grace_seconds=self.lifecycle.end_grace_seconds)
         self.lifecycle.orphan_pods = OrphanPods(
             **common, connector=self.cluster_access.connector,
-            grace_seconds=self.lifecycle.end_grace_seconds,
+            grace_seconds=self.lifecycle.end_grace_seconds, hub_servers=self.lifecycle.hub_servers,
         )
         # the tick serves the waitlist after its releases (and expires past waits)
         self.waitlist = self.lifecycle.waitlist = Waitlist(**common, emails=self.emails)
-        self.lifecycle.hub_servers = HubServers(**common, **hub, metrics=self.metrics,
-                                                grace_seconds=self.lifecycle.end_grace_seconds)
         self.lifecycle.removed_users = RemovedUsers(**common, **hub, waits=self.waitlist.waits,
                                                     metrics=self.metrics)
         self.opportunistic = Opportunistic(

@@ -151,6 +151,28 @@ class HubServers(LoggingConfigurable):
         may look unclaimed."""
         return not self.check_interval_minutes or self._last_round is not None
 
+    async def active(self) -> dict[str, dict[str, Any]] | None:
+        """Every Hub user's active servers (starting and stopping ones too), by user; None when
+        the Hub cannot say (logged once until it can again). For the OrphanPods sweep."""
+        try:
+            listing = await active_servers(self.hub_api_url, self.api_token)
+        except (OSError, HTTPClientError, ValueError) as error:
+            self._log_hub_failure(error)
+            return None
+        self._hub_failure_logged = False
+        return listing
+
+    async def of_user(self, user: str) -> dict | None:
+        """``user``'s active servers ({} when the Hub has no such user); None when the Hub
+        cannot say."""
+        return await user_servers(self.hub_api_url, self.api_token, user)
+
+    def _log_hub_failure(self, error: Exception) -> None:
+        if not self._hub_failure_logged:
+            self.log.warning("The Hub's running servers not compared with their bookings "
+                             "and pods (tried again every tick): %s", error)
+            self._hub_failure_logged = True
+
     def _round_due(self, now: datetime) -> bool:
         if not self.check_interval_minutes:
             return False
@@ -161,15 +183,9 @@ class HubServers(LoggingConfigurable):
         """One round, when one is due at ``now``: what was found and acted on."""
         if not self._round_due(now):
             return []
-        try:
-            listing = await active_servers(self.hub_api_url, self.api_token)
-        except (OSError, HTTPClientError, ValueError) as error:
-            if not self._hub_failure_logged:
-                self.log.warning("The Hub's running servers not compared with their bookings "
-                                 "(tried again every tick): %s", error)
-                self._hub_failure_logged = True
+        listing = await self.active()
+        if listing is None:
             return []
-        self._hub_failure_logged = False
         acted = []
         for server, _finding, _booking in await self._compare(listing, now):
             # the Hub and the database once more for this server: it may have stopped, or its
@@ -188,7 +204,7 @@ class HubServers(LoggingConfigurable):
                 for server, finding in compare(listing, bookings, now, grace, _pod_holder)]
 
     async def _confirm(self, server: RunningServer, now: datetime) -> tuple | None:
-        servers = await user_servers(self.hub_api_url, self.api_token, server.user)
+        servers = await self.of_user(server.user)
         if servers is None:
             return None  # the Hub cannot say: the next round looks again
         for again, finding, booking in await self._compare({server.user: servers}, now):

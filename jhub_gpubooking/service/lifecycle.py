@@ -113,8 +113,9 @@ class Lifecycle(LoggingConfigurable):
     )
     orphan_pods = Any(
         None,
-        help="The OrphanPods sweep: deletes Hub servers' pods that outlive their booking "
-        "because the Hub forgot them. Set by the service after this component.",
+        help="The OrphanPods sweep, after the HubServers check: deletes the pods of Hub "
+        "servers the Hub forgot (a start pending while it restarted), and Hub servers' pods "
+        "that outlive their booking. Set by the service after this component.",
     )
     hub_servers = Any(
         None,
@@ -172,6 +173,10 @@ class Lifecycle(LoggingConfigurable):
                                                     settled_before=self._started_at)
         if self.hub_servers is not None:
             await self.hub_servers.check(now)
+        # pods of servers the Hub forgot before claims are taken (one may run on a booking a
+        # restore gave back unclaimed), and pods of bookings over for longer than its stop takes
+        if self.orphan_pods is not None:
+            await self.orphan_pods.sweep(now)
         # pods the webhook admitted, from the cluster's side, before the no-show rule too
         if self.webhook is not None:
             await self.webhook.check_admitted_pods(now)
@@ -190,8 +195,6 @@ class Lifecycle(LoggingConfigurable):
         # bookings the admission webhook claimed for pods (admission/claims.py)
         if self.webhook is not None:
             await self.webhook.reconcile_pod_claims(now)
-        if self.orphan_pods is not None:
-            await self.orphan_pods.sweep(now)
         if self.removed_users is not None:
             await self.removed_users.check(now)
         if self.waitlist is not None:
@@ -327,12 +330,14 @@ class Lifecycle(LoggingConfigurable):
 
     async def after_first_check(self, timeout: float = FIRST_CHECK_WAIT_SECONDS) -> bool:
         """Wait, up to ``timeout`` seconds, until the first tick since the service started
-        has compared the Hub's running servers and the admitted pods with the database; True
+        has compared the Hub's running servers (and the pods of those it forgot) and the
+        admitted pods with the database; True
         once it has (or there is no periodic tick), False if it is still running.
 
         Claims wait for it: after a restore of the booking database, a booking a server or pod
-        still runs on is back unclaimed until that check records its claim, and in the
-        meantime another server or pod could claim it too and run a second time on its GPUs.
+        still runs on is back unclaimed until that check records its claim (or deletes the
+        pod of a start the Hub forgot), and in the meantime another server or pod could claim
+        it too and run a second time on its GPUs.
         """
         if self._first_check is None or self._first_check.is_set():
             return True
@@ -343,10 +348,12 @@ class Lifecycle(LoggingConfigurable):
         return True
 
     def _checks_compared(self) -> bool:
-        """Whether the Hub's servers and the admitted pods have been compared with the database
-        since this process started (a check that could not reach the Hub or the cluster has
-        not: a claim meanwhile could take a booking one of them runs on)."""
+        """Whether the Hub's servers, the pods of Hub servers and the admitted pods have been
+        compared with the database and the Hub since this process started (a check that could
+        not reach the Hub or the cluster has not: a claim meanwhile could take a booking one of
+        them runs on)."""
         return ((self.hub_servers is None or self.hub_servers.compared)
+                and (self.orphan_pods is None or self.orphan_pods.compared)
                 and (self.webhook is None or self.webhook.pods_compared))
 
     def _give_up_first_check(self) -> None:
