@@ -31,7 +31,8 @@ if os.environ.get("E2E_PROFILE") == "soak":
     c.AdmissionWebhook.webhook_deadline_grace_seconds = 0
     c.ClusterAccess.kubeconfig = os.path.join(os.environ["DEMO_STATE_DIR"], "kubeconfig")
     # a start pending when the walk restarts the Hub leaves a pod the Hub forgets: the sweep
-    # deletes it once its booking is over (jhub_gpubooking.cluster.orphans), well within the
+    # deletes it at the first tick, before claims are taken (jhub_gpubooking.cluster.orphans);
+    # a pod of a server the Hub stopped late goes once its booking is over, well within the
     # soak's slack (the Hub's own stops take a few seconds here)
     # the service's own backups, one a minute (checked by soak_backup.py)
     c.ScheduledBackups.directory = os.path.join(os.environ["DEMO_STATE_DIR"], "scheduled-backups")

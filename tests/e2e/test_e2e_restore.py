@@ -25,6 +25,7 @@ import pytest
 from e2e_harness import Driver, running_demo, wait_for
 from pod_commands import SLEEPER
 
+from jhub_gpubooking.admission.review import USERNAME_KEY
 from jhub_gpubooking.core.timegrid import ceil_to_grid
 
 pytestmark = pytest.mark.e2e
@@ -191,5 +192,59 @@ def test_a_server_on_a_booking_the_backup_has_held_by_an_ended_pod_keeps_running
             assert response.status_code == 403, response.text
             assert "one booking admits one pod at a time" in response.json()["message"]
             driver.stop_server("dan")
+        finally:
+            driver.close()
+
+
+def test_the_pod_of_a_start_the_hub_forgot_is_deleted_before_another_pod_takes_its_booking(
+        tmp_path):
+    """A start still pending when the Hub stopped leaves a pod the Hub does not have when it
+    comes back (CI's database-outage walks met it after a restore, its booking back
+    unclaimed): nobody can use that pod, and a new pod on its booking would run beside it. The
+    service's first check deletes it before the webhook admits a pod on the booking, and leaves
+    the pod of a server the Hub has alone."""
+    with running_demo(tmp_path / "forgotten-demo", profile="soak",
+                      gated_namespaces={LAB: "dan"}) as driver:
+        demo = driver.demo
+        dans = driver.book("dan", "l4", 1, minutes=60)
+        driver.book("carol", "a100", 1, minutes=60)
+        assert driver.start_server("carol", "a100").status_code in (201, 202)
+        driver.wait_ready("carol")
+
+        # what a start pending at the Hub's stop leaves: KubeSpawner's pod of dan's default
+        # server, with the spawner's booking label, which the Hub does not have when it is back.
+        # Made while the webhook runs (it admits pods of the Hub's namespace unchanged), and
+        # named a Hub server's only once the Hub is down
+        forgotten = {"metadata": {
+            "name": "jupyter-dan", "labels": {"gpubooking.jupyter.org/booking-id": str(dans["id"])}},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "notebook", "image": "jupyterhub/singleuser:5", "command": SLEEPER,
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        pods = f"api/v1/namespaces/{demo.namespace}/pods"
+        response = driver.cluster.post(pods, json=forgotten)
+        assert response.status_code == 201, response.text
+        demo.stop_hub()
+        response = driver.cluster.patch(
+            f"{pods}/jupyter-dan", json={"metadata": {"annotations": {USERNAME_KEY: "dan"}}},
+            headers={"Content-Type": "application/merge-patch+json"})
+        assert response.status_code == 200, response.text
+        demo.start_hub()
+        driver.close()
+        driver = Driver(demo)  # the old connections went to the Hub's old proxy
+        try:
+            # the webhook admits a pod on dan's booking only after the first check
+            response = post_pod(driver, "beside", dans["id"])
+            assert response.status_code == 201, response.text
+            pod = driver.pods().get("jupyter-dan")
+            assert pod is None or pod["metadata"].get("deletionTimestamp"), pod
+            assert driver.get_booking(dans["id"])["server"] == f"pod:{LAB}/beside"
+            assert (f"Deleted pod {demo.namespace}/jupyter-dan of server '' of dan on booking "
+                    f"{dans['id']}: the Hub does not have that server"
+                    ) in (demo.log_dir / "hub.log").read_text()  # the service logs there too
+            # carol's server, which the Hub has, runs on
+            assert driver.server_model("carol")["ready"]
+            assert not driver.pods()["jupyter-carol"]["metadata"].get("deletionTimestamp")
+            driver.stop_server("carol")
+            assert driver.cluster.delete(f"api/v1/namespaces/{LAB}/pods/beside").status_code == 200
         finally:
             driver.close()
