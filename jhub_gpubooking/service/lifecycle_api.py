@@ -12,7 +12,8 @@ from tornado import web
 
 from ..admission.review import holder_pod
 from ..core.accounting import GROUPINGS, Report
-from ..core.model import Booking, BookingState, format_amount
+from ..core.model import Booking, BookingState, MaintenanceWindow, format_amount
+from ..core.placement import maintenance_collisions
 from ..core.policy import ENDED_EARLY
 from ..core.timegrid import ceil_to_grid, clock_text, floor_to_grid, format_time, span_text
 from ..db.accounting import running_usage, usage_report
@@ -120,6 +121,26 @@ def notices_json(
     return notices
 
 
+def maintenance_notices(bookings: list[Booking], windows: list[MaintenanceWindow],
+                        now: datetime) -> list[dict]:
+    """One notice per booking of ``bookings`` not over yet and maintenance window it collides
+    with (the rule the admin's answer lists it by): its user learns that an administrator
+    blocked its GPUs before the booking is cancelled or its server finds them gone."""
+    current = [booking for booking in bookings if booking.not_over(now)]
+    return [
+        {
+            "kind": "maintenance",
+            "booking_id": booking.id,
+            "at": format_time(window.start),
+            "message": f"{window.describe()}, which overlaps your booking #{booking.id} in pool "
+            f"{booking.pool} ({span_text(booking.start, booking.end)}). An administrator may "
+            "cancel it; change or cancel it yourself to book other times or GPUs.",
+        }
+        for window in windows if window.end > now
+        for booking in maintenance_collisions(window, current)
+    ]
+
+
 def report_json(report: Report) -> dict:
     return {
         "start": format_time(report.start),
@@ -191,6 +212,9 @@ class NoticesHandler(APIHandler):
             service.booking_flags.current, [b.id for b in bookings if b.not_over(now)]
         )
         notices += flagged_notices(bookings, flags, now)
+        pools = {b.pool for b in bookings if b.not_over(now)}
+        windows = await self.run_in_executor(self.store.list_maintenance, None, now) if pools else []
+        notices += maintenance_notices(bookings, [w for w in windows if w.pool in pools], now)
         notices += await recent_wait_notices(self, user, now - timedelta(hours=RELEASE_NOTICE_HOURS))
         if lifecycle.start_early_hours:
             # an admin reading another user's notices sees the offers by the default rules (no

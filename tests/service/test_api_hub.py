@@ -450,7 +450,16 @@ def test_maintenance_reports_colliding_bookings(hub):
         "GPUs or times; send a new key for a new maintenance window.")
     assert error(admin.post("api/maintenance", json={**body, "node": "gpu-z"}), 400) == (
         "Pool a100 has no node named 'gpu-z'.")
+    # ada learns it from her notices, until the window is removed
+    [notice] = [n for n in client(hub, "ada").get("api/users/ada/notices").json()["notices"]
+                if n["kind"] == "maintenance"]
+    assert validator("Notice").is_valid(notice)
+    assert (notice["booking_id"], notice["at"]) == (booking["id"], booking["start"])
+    assert notice["message"].startswith(f"Node {body['node']} is down for maintenance")
+    assert f"(driver update), which overlaps your booking #{booking['id']}" in notice["message"]
     assert admin.delete(f"api/maintenance/{window['id']}").status_code == 204
+    assert not [n for n in client(hub, "ada").get("api/users/ada/notices").json()["notices"]
+                if n["kind"] == "maintenance"]
     assert "no maintenance window" in error(admin.delete(f"api/maintenance/{window['id']}"), 404)
 
 

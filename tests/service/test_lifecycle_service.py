@@ -18,13 +18,13 @@ from traitlets.config import Config
 from jhub_gpubooking.core.accounting import Report, UsageTotals
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.lifecycle import ActionKind
-from jhub_gpubooking.core.model import Booking
+from jhub_gpubooking.core.model import Booking, MaintenanceWindow, Placement
 from jhub_gpubooking.db.endings import endings
 from jhub_gpubooking.db.removed_users import missing_users
 from jhub_gpubooking.service import hub_servers, lifecycle
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.email import warning_text
-from jhub_gpubooking.service.lifecycle_api import notices_json, report_csv
+from jhub_gpubooking.service.lifecycle_api import maintenance_notices, notices_json, report_csv
 
 #: Monday 2030-01-07 10:05 UTC.
 NOW = datetime(2030, 1, 7, 10, 5, tzinfo=timezone.utc)
@@ -345,6 +345,30 @@ def test_a_no_show_notice_names_the_wait_of_its_own_pool():
     assert [notice["message"].split(" because ")[1] for notice in notices] == [
         "no server used it within 15 minutes of its start.",
         "no server used it within 10 minutes of its start.",
+    ]
+
+
+def test_a_maintenance_window_over_a_booking_is_noticed_by_its_user():
+    running = Booking("ada", "a100", 1, at(10), at(12), id=1, placement=Placement("n1", (0,), 1))
+    unplaced = Booking("ada", "a100", 1, at(13), at(14), id=2)  # may be on any node
+    on_n2 = Booking("ada", "a100", 1, at(11), at(12), id=3, placement=Placement("n2", (0,), 1))
+    over = Booking("ada", "a100", 1, at(9), at(10), id=4, placement=Placement("n1", (0,), 1))
+    cancelled = Booking("ada", "a100", 1, at(11), at(12), id=5, status="cancelled")
+    node = MaintenanceWindow("a100", at(11), at(14), node="n1", reason="firmware", id=7)
+    gone = MaintenanceWindow("a100", at(8), at(10), id=8)
+    notices = maintenance_notices([running, unplaced, on_n2, over, cancelled], [node, gone],
+                                  at(10, 30))
+    assert notices == [
+        {"kind": "maintenance", "booking_id": 1, "at": "2030-01-07T11:00:00Z",
+         "message": "Node n1 is down for maintenance from 2030-01-07 11:00 to 14:00 UTC "
+         "(firmware), which overlaps your booking #1 in pool a100 (2030-01-07 10:00 to 12:00 "
+         "UTC). An administrator may cancel it; change or cancel it yourself to book other "
+         "times or GPUs."},
+        {"kind": "maintenance", "booking_id": 2, "at": "2030-01-07T11:00:00Z",
+         "message": "Node n1 is down for maintenance from 2030-01-07 11:00 to 14:00 UTC "
+         "(firmware), which overlaps your booking #2 in pool a100 (2030-01-07 13:00 to 14:00 "
+         "UTC). An administrator may cancel it; change or cancel it yourself to book other "
+         "times or GPUs."},
     ]
 
 

@@ -1,7 +1,8 @@
 """An admin retires a pool that still holds bookings and restarts the service (real Hub,
 Chromium): the admin's part of the page lists the booking with the reason; the student sees on
 the page that their booking there cannot be used, cannot extend it, and cancels it; the booking
-in the pool that stays is left alone."""
+in the pool that stays is left alone, with a notice of the maintenance window the admin put
+over it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import re
 import pytest
 from hub_harness import start_booking_hub
 from page_browser import NO_REFRESH, PAGE_POOLS, LocalWindows, book_through_api, open_page
+
+from jhub_gpubooking.core.timegrid import format_time
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -44,7 +47,17 @@ def test_a_booking_in_a_retired_pool_is_flagged_on_the_page_and_can_be_cancelled
         page.close()
         context.clear_cookies()
 
+        # and blocks the a100 pool for maintenance over ada's booking there
+        window = admin.post("api/maintenance", json={
+            "pool": "a100", "start": format_time(start), "end": format_time(end),
+            "reason": "driver update"})
+        assert [b["id"] for b in window.json()["colliding_bookings"]] == [kept], window.text
+
         page = open_page(context, hub, "ada")
+        maintenance = page.locator('#gb-notices [data-kind="maintenance"]')
+        expect_only(maintenance, kept, "(driver update), which overlaps your booking "
+                    f"#{kept} in pool a100")
+        expect(maintenance).to_have_class(re.compile(r"\balert-warning\b"))
         notices = page.locator('#gb-notices [data-kind="flagged"]')
         expect_only(notices, retired, f"{reason} It stays booked in case its GPUs come back; "
                     "end or cancel it to book other GPUs instead.")

@@ -215,7 +215,7 @@ function wireFeed() {
 /** The notices as last drawn: the box is a live region, so drawing the same notices again on
  * every refresh would have screen readers read them out again every time. */
 let noticesShown = null;
-const WARNING_NOTICES = new Set(["ending_soon", "flagged"]);
+const WARNING_NOTICES = new Set(["ending_soon", "flagged", "maintenance"]);
 
 async function loadNotices() {
   const isNewest = loads.notices.begin();
