@@ -61,7 +61,9 @@ def test_the_pods_asked_about_are_running_hub_server_pods_of_known_bookings():
     ada = LabelledPod("jhub", "jupyter-ada", 1, running, "u1", ("ada", ""))
     pods = [ada, LabelledPod("jhub", "job", 1, running, "u2"),  # not made for a Hub server
             LabelledPod("jhub", "jupyter-bob", 2, running, "u3", ("bob", "")),  # unknown booking
-            LabelledPod("jhub", "going", 1, PodFacts("Running", True), "u4", ("ada", "x"))]
+            LabelledPod("jhub", "going", 1, PodFacts("Running", True), "u4", ("ada", "x")),
+            # another service's pod whose booking id is one of ada's here
+            LabelledPod("jhub", "jupyter-eve", 1, running, "u5", ("eve", ""))]
     assert hub_server_candidates(pods, bookings) == [ada]
 
 

@@ -87,10 +87,12 @@ def overdue_pods(pods: Iterable[LabelledPod], bookings: Mapping[int, Booking], n
 def hub_server_candidates(pods: Iterable[LabelledPod],
                           bookings: Mapping[int, Booking]) -> list[LabelledPod]:
     """The pods whose Hub server the sweep asks the Hub about: still running, made by
-    KubeSpawner for a Hub server, on a booking in ``bookings`` (as :func:`overdue_pods`, a
-    booking the database lacks is another service's, or from a database set up anew)."""
+    KubeSpawner for a Hub server, on a booking in ``bookings`` of that server's user (as for
+    :func:`overdue_pods`, a booking the database lacks is another service's, or from a database
+    set up anew; one of another user is too, since a spawner runs only on its user's)."""
     return [pod for pod in pods
-            if not pod.facts.finished and pod.server is not None and pod.booking_id in bookings]
+            if not pod.facts.finished and pod.server is not None and pod.booking_id in bookings
+            and bookings[pod.booking_id].user == pod.server[0]]
 
 
 def forgotten_pods(pods: Iterable[LabelledPod], servers_by_user: ServersByUser,
