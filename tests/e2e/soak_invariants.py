@@ -54,6 +54,7 @@ from soak_json import (
 
 from jhub_gpubooking.admission.claims import POD_CREATE_WINDOW
 from jhub_gpubooking.admission.review import SERVERNAME_KEY, USERNAME_KEY, holder_pod
+from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY
 from jhub_gpubooking.core.timegrid import parse_time
 from jhub_gpubooking.gpu import pod_placement
 
@@ -279,12 +280,17 @@ class InvariantChecker:
                 f"server {user}/{name} (booking {booking_id}) stopped while its booking "
                 f"{'was still active' if booking else 'does not exist'} and nobody stopped it"
             )
-        # a server is watched from when it is ready until it is gone (stopping included)
+        # a server is watched from when it is ready until it is gone (stopping included); one
+        # first seen ready with its pod gone already (the walk deleted it as a restore said)
+        # runs on the booking its state names, since its start (before that restore)
         watched = {}
         for key, model in snapshot.servers.items():
             if key not in self._ready and not model.get("ready"):
                 continue
-            known_id, since, made_for = self._ready.get(key, (None, snapshot.now, None))
+            state = model.get("state") or {}
+            started = parse_time(model["started"]) if model.get("started") else snapshot.now
+            known_id, since, made_for = self._ready.get(
+                key, (state.get(SERVER_STATE_BOOKING_KEY), started, None))
             pod = pods.get(key)
             watched[key] = ((pod_booking_id(pod), since, pod_placement(pod)) if pod
                             else (known_id, since, made_for))

@@ -15,6 +15,7 @@ from soak_invariants import (
 )
 from soak_json import booked_hours
 
+from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY
 from jhub_gpubooking.core.timegrid import format_time
 
 NOW = datetime(2030, 1, 7, 10, 30, 20, tzinfo=timezone.utc)
@@ -222,6 +223,20 @@ def test_a_server_stopped_while_its_booking_runs():
     # a grant preempted by a booking starting later: its server yields now
     preempted = booking(1, 0, 31, opportunistic=True, release_reason="preempted")
     assert check(running, snapshot([preempted])) == []
+
+
+def test_a_server_first_seen_after_a_restore_took_its_booking_may_be_stopped():
+    """bob's server came up just before the hub's stop for a restore that took its booking 1
+    away; the walk deleted its pod as the restore said before it saw the server ready. Its
+    state names the booking, and it started before the restore, so the service may stop it."""
+    started = format_time(NOW - timedelta(minutes=2))
+    server = {"ready": True, "started": started, "state": {SERVER_STATE_BOOKING_KEY: 1}}
+    facts = WalkFacts(restores=[restore({1})])
+    assert check(snapshot([], servers={("bob", ""): server}), snapshot([]), facts=facts) == []
+    # a server that started after the restore gets no such excuse
+    server["started"] = format_time(NOW)
+    assert check(snapshot([], servers={("bob", ""): server}), snapshot([]), facts=facts) == [
+        "server bob/ (booking 1) stopped while its booking does not exist and nobody stopped it"]
 
 
 def test_an_extended_server_must_outlive_the_old_end():
