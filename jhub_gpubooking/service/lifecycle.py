@@ -177,12 +177,16 @@ class Lifecycle(LoggingConfigurable):
         # restore gave back unclaimed), and pods of bookings over for longer than its stop takes
         if self.orphan_pods is not None:
             await self.orphan_pods.sweep(now)
+        # claims of servers that stopped, before the admitted pods are looked at: a restore may
+        # give a pod's booking back held by a server that has stopped since, and the pod's
+        # claim is recorded only on a booking nobody holds (else the claims wait no longer
+        # once the first check is done, and the webhook could admit a second pod on it)
+        await self.expire_stale_claims(now)
         # pods the webhook admitted, from the cluster's side, before the no-show rule too
         if self.webhook is not None:
             await self.webhook.check_admitted_pods(now)
         if self._checks_compared():
             self._first_check_done()
-        await self.expire_stale_claims(now)
         actions = await in_executor(self.executor, self.bookings.due, now)
         for action in actions:
             try:

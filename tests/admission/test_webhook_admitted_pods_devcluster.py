@@ -2,8 +2,9 @@
 API server: a real backup and ``db restore``, the service's own webhook and lifecycle tick, real
 pods. The pod on a booking the restore took away is deleted (its GPUs are free in the restored
 database); the pod on a booking the restore gave back unclaimed gets its claim recorded before
-the no-show rule could release the booking under it; a pod without GPUs that carries the label
-is left alone."""
+the no-show rule could release the booking under it, and so does one on a booking the restore
+gave back held by a server that has stopped since; a pod without GPUs that carries the label is
+left alone."""
 
 from __future__ import annotations
 
@@ -64,3 +65,35 @@ async def test_a_restore_leaves_no_admitted_pod_on_a_booking_it_undid(tmp_path):
         # the GPU the deleted pod held is free for the next booking; nothing more to put right
         assert store.create("alice", "a100", 1, start + timedelta(minutes=30), end).placement
         assert await service.webhook.admitted_pods.check(now + timedelta(minutes=21)) == []
+
+
+async def test_a_pod_on_a_booking_the_backup_has_held_by_a_stopped_server_gets_its_claim(
+        tmp_path):
+    """alice's server held her booking at the backup; since, it stopped and a pod of hers
+    claimed the booking. The restore gives it back held by the server: the first tick expires
+    that claim and records the pod's, so the booking never looks free while the pod runs on
+    it (CI's SQLite walk: the webhook admitted a second pod on it)."""
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    start, end = floor_to_grid(now, 15), floor_to_grid(now, 15) + timedelta(hours=2)
+    async with webhook_cluster(tmp_path, now) as (core, service):
+        store = service.store
+        booking = store.create("alice", "a100", 1, start, end)
+        store.claim(booking.id, "")
+        backup = tmp_path / "backup.sqlite"
+        backup_database(service.db_url, backup)
+        store.release(booking.id, "")
+        await core.create_namespaced_pod("alice-jobs", running_gpu_pod("since"))
+        await wait_for_phase(core, "since", {"Running"})
+        assert store.get(booking.id).server == "pod:alice-jobs/since"
+
+        restore_database(backup, service.db_url, tmp_path / "replaced.sqlite")
+        assert store.get(booking.id).server == ""
+
+        async def no_servers(user: str) -> dict:
+            return {}  # the Hub: alice's server has stopped
+
+        service.lifecycle.hub_user_servers = no_servers
+        await service.lifecycle.tick(now + timedelta(minutes=1))
+        assert store.get(booking.id).server == "pod:alice-jobs/since"
+        assert [e.kind for e in store.history(booking.id)][-2:] == ["claim_expired", "claimed"]
+        assert await phase(core, "since") == "Running"
