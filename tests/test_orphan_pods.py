@@ -227,6 +227,15 @@ async def test_a_pod_is_left_alone_while_the_hub_cannot_say_or_has_its_server_af
     assert not sweep.compared  # the first check waits on
     hub.up = True
 
+    # the listing came, the question about ada alone did not
+    def hub_gone():
+        hub.up = False
+
+    hub.after_listing = hub_gone
+    assert await sweep.sweep(at(10, 10)) == []
+    assert not sweep.compared
+    hub.up = True
+
     # the listing missed ada (a page shifted), her own servers have it
     def started():
         hub.servers["ada"] = {"": {"ready": True}}

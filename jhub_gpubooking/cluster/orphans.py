@@ -227,12 +227,16 @@ class OrphanPods(LoggingConfigurable):
         if listing is None:
             return []  # the Hub cannot say: asked again next tick
         deleted = []
+        answered = True
         for pod in forgotten_pods(candidates, listing, self.hub_namespace):
             # once more for this user alone: a page of the listing may have shifted under a
             # server that stopped meanwhile, and so missed a user
             user = pod.server[0]
             confirmed = await _confirmed(self.hub_servers.of_user, user, listing)
-            if confirmed is None or not forgotten_pods([pod], confirmed, self.hub_namespace):
+            if confirmed is None:
+                answered = False  # the first check waits for an answer
+                continue
+            if not forgotten_pods([pod], confirmed, self.hub_namespace):
                 continue
             if await delete_pod(api, pod.namespace, pod.name, uid=pod.uid):
                 log.warning("Deleted pod %s/%s of server %r of %s on booking %s: the Hub does "
@@ -240,7 +244,7 @@ class OrphanPods(LoggingConfigurable):
                             "nobody can use the pod and a stop through the Hub cannot reach it",
                             pod.namespace, pod.name, pod.server[1], user, pod.booking_id)
                 deleted.append(pod)
-        self._compared = True
+        self._compared = self._compared or answered
         return deleted
 
 
