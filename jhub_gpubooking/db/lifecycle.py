@@ -81,6 +81,19 @@ class BookingLifecycle:
             self.release_row(work, row, again.new_end, again.reason.value, actor)
             return booking_from_row(row)
 
+    def still_to_stop(self, booking_id: int, now: datetime) -> Booking | None:
+        """The booking, if the rules still ask at ``now`` for the stop of what holds it: an
+        extension (or a release, or another stop) may have come in since :meth:`due` listed
+        it, and a server on an extended booking must run on."""
+        with self.store.read_transaction() as session:
+            row = session.get(BookingRow, booking_id)
+            if row is None:
+                return None
+            again = decide(self.pool_rules(), facts_from_row(row), as_utc(now))
+            if again is None or again.kind is not ActionKind.STOP_SERVER:
+                return None
+            return booking_from_row(row)
+
     def release_now(self, booking_id: int, reason: str, actor: str | None) -> Booking | None:
         """Release a booking's remainder for ``reason`` regardless of the timing rules
         (preemption of an opportunistic grant). None when nothing is left to release."""

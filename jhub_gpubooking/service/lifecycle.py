@@ -247,8 +247,11 @@ class Lifecycle(LoggingConfigurable):
             self.metrics.observe_warning()
             await self.emails.send_warning(booking)
         elif action.kind is ActionKind.STOP_SERVER and self.stop_servers_at_end:
-            booking = await in_executor(self.executor, self.store.get, action.booking_id)
-            await self.stop_holder(booking, now)
+            # read again: the user may have extended the booking since the tick listed it
+            booking = await in_executor(self.executor, self.bookings.still_to_stop,
+                                        action.booking_id, now)
+            if booking is not None:
+                await self.stop_holder(booking, now)
 
     async def stop_holder(self, booking: Booking, now: datetime | None = None) -> None:
         """Stop what holds ``booking``: the webhook's pod, or the Hub server (only when the Hub

@@ -330,7 +330,9 @@ class Walk:
         outcome = self.answered(response, {200: "extended", 409: "full", 403: "over a limit",
                                            400: "ended meanwhile"})
         server = self.hub_server_on(booking["id"])
-        if outcome == "extended" and server is not None:
+        # running still, after the extension: an End now may have stopped it since the snapshot
+        model = self.driver.server_model(*server) if server and outcome == "extended" else None
+        if model and model.get("ready") and not model.get("pending"):
             self.facts.extensions.append(Extension(booking["id"], server, old_end, made))
             outcome = "extended a running server"
         return outcome

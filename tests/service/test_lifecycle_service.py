@@ -200,6 +200,30 @@ async def test_while_the_hub_cannot_say_nothing_is_stopped_or_expired(service, f
     assert calls == [("ada", "", "token service-token")]
 
 
+async def test_a_booking_extended_after_the_tick_listed_its_stop_keeps_its_server(
+        service, fake_hub, monkeypatch):
+    """The tick lists the stop at the old end; the user's extension lands before the tick acts
+    on it: the server runs on (CI's SQLite walk: *server u1/ stopped at the old end*)."""
+    _, calls, servers = fake_hub
+    booking = service.store.create("ada", "a100", "1", at(10), at(11))
+    service.store.claim(booking.id, "")
+    servers["ada"] = {"": running_on(booking.id)}
+    listed = service.lifecycle.bookings.due
+
+    def due_then_extended(now):
+        actions = listed(now)
+        service.store.change_end(booking.id, at(12), actor="ada")  # the PATCH lands meanwhile
+        return actions
+
+    monkeypatch.setattr(service.lifecycle.bookings, "due", due_then_extended)
+    actions = await service.lifecycle.tick(at(11, 2))  # past the end and its grace
+    assert [action.kind for action in actions] == [ActionKind.STOP_SERVER]
+    assert calls == [] and service.store.get(booking.id).server == ""
+    monkeypatch.setattr(service.lifecycle.bookings, "due", listed)
+    await service.lifecycle.tick(at(12, 2))  # the new end: stopped then
+    assert calls == [("ada", "", "token service-token")]
+
+
 def hub_listing(monkeypatch, hub_up: list[bool]) -> None:
     """The Hub's list of active servers: refused while ``hub_up[0]`` is False, else empty."""
 
