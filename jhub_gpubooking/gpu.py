@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from .core.errors import InvalidRequest
+from .core.lifecycle import made_for_state
 from .core.model import Booking, Placement, Pool, amount_rule_broken, format_amount
 from .core.timegrid import as_utc, format_time
 
@@ -559,3 +560,13 @@ def pod_placement(pod: Mapping[str, Any]) -> tuple[str | None, tuple[int, ...] |
     except ValueError:
         gpus = None
     return node, gpus
+
+
+def pod_booking(pod: Mapping[str, Any] | None) -> tuple[int | None, dict[str, Any] | None]:
+    """The booking a pod (the API's JSON) was made for, from the spawner's label, and the state
+    JSON of the node and GPU indices it was made for (None for what it does not say)."""
+    value = str(((pod or {}).get("metadata") or {}).get("labels", {}).get(BOOKING_ID_KEY, ""))
+    if not value.isdigit():
+        return None, None
+    node, gpus = pod_placement(pod)
+    return int(value), (None if node is None or gpus is None else made_for_state(node, gpus))

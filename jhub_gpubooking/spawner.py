@@ -37,7 +37,7 @@ from .core.clock import SystemClock
 from .core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY, placement_state
 from .core.model import Booking, Pool, format_amount
 from .core.wire import booking_from_json, pool_from_json
-from .gpu import PodSettings, booking_pod_settings
+from .gpu import PodSettings, booking_pod_settings, pod_booking
 from .lab.access import GPUBookingLabAccess
 
 try:  # JupyterHub >= 6 has a dedicated exception for refused spawns
@@ -558,6 +558,16 @@ class GPUBookingSpawner(KubeSpawner):
             await asyncio.wait([self._start_future])
         if self._booking_refusal_message:
             yield {"progress": 100, "failed": True, "message": self._booking_refusal_message}
+
+    async def poll(self) -> int | None:
+        status = await super().poll()
+        if status is None and self._claimed_booking_id is None:
+            # a start still pending when the Hub stopped left no state, and the Hub, back, has
+            # found its pod running: the pod's label names the booking, so the state does too
+            # (the service's checks and stop at the end go by it)
+            pod = self.pod_reflector.pods.get(f"{self.namespace}/{self.pod_name}")
+            self._claimed_booking_id, self._booked_placement = pod_booking(pod)
+        return status
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()

@@ -74,20 +74,24 @@ class RunningServer:
     # the placement its pod was made for (None: started before 0.2.0)
     node: str | None = None
     gpus: tuple[int, ...] | None = None
+    # the Hub, just started, is still checking that it runs (its pod ran on while it was down)
+    checking: bool = False
 
 
 def running_servers(servers_by_user: Mapping[str, Mapping[str, Any]]) -> list[RunningServer]:
     """The servers, of ``{user: the Hub's servers of that user}``, that are ready (not starting
-    or stopping: the spawner's own claim and release are under way then) and name a booking."""
+    or stopping: the spawner's own claim and release are under way then), or that the Hub,
+    just started, is checking, and name a booking."""
     found = []
     for user, servers in servers_by_user.items():
         for name, model in servers.items():
             state = model.get("state")
             booking_id = state.get(SERVER_STATE_BOOKING_KEY) if isinstance(state, Mapping) else None
+            checking = model.get("pending") == "check"
             ready = model.get("ready", True) and not model.get("pending")
-            if ready and isinstance(booking_id, int) and not isinstance(booking_id, bool):
+            if (ready or checking) and isinstance(booking_id, int) and not isinstance(booking_id, bool):
                 made_for = placement_from_state(state.get(SERVER_STATE_PLACEMENT_KEY))
-                found.append(RunningServer(user, name, booking_id, *made_for))
+                found.append(RunningServer(user, name, booking_id, *made_for, checking=checking))
     return found
 
 
@@ -111,13 +115,15 @@ def compare(
     """Each running server whose booking (in ``bookings``, by id) disagrees with the Hub, and
     what is wrong. A booking held by this very server is the lifecycle's (stopped at its end);
     a holder that is a pod (``pod_holder``) always counts as in use; a holder the Hub cannot
-    say about is looked at again next time."""
+    say about is looked at again next time. A server the Hub is still checking gets its claim
+    recorded (another claim must not take the booking it may run on), but is stopped only
+    once the Hub has it running (the Hub refuses to stop it meanwhile)."""
     found = []
     for server in running_servers(servers_by_user):
         booking = bookings.get(server.booking_id)
         finding = _finding(server, booking, servers_by_user[server.user], now, end_grace,
                            pod_holder)
-        if finding is not None:
+        if finding is not None and not (server.checking and finding.stops):
             found.append((server, finding))
     return found
 

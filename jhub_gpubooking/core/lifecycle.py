@@ -152,7 +152,12 @@ SERVER_STATE_PLACEMENT_KEY = "gpu_booking_placement"
 
 def placement_state(placement: Placement) -> dict[str, Any]:
     """The JSON a server's state keeps of the placement its pod was made for."""
-    return {"node": placement.node, "gpus": list(placement.gpus)}
+    return made_for_state(placement.node, placement.gpus)
+
+
+def made_for_state(node: str, gpus: tuple[int, ...]) -> dict[str, Any]:
+    """The JSON a server's state keeps of the node and GPU indices its pod was made for."""
+    return {"node": node, "gpus": list(gpus)}
 
 
 def placement_from_state(value: Any) -> tuple[str | None, tuple[int, ...] | None]:

@@ -108,6 +108,19 @@ def test_each_server_is_compared_with_its_own_booking():
     assert [finding.stops for finding in Finding] == [False, False, True, True, True, True, True]
 
 
+def test_a_server_the_hub_is_checking_gets_its_claim_but_is_not_stopped_yet():
+    """Just started, the Hub checks that the servers it had still run (in the background past
+    init_spawners_timeout): meanwhile its booking must not go to another claim."""
+    checking = on(1, ready=False, pending="check")
+    assert running_servers({"ada": {"": checking}}) == [
+        RunningServer("ada", "", 1, checking=True)]
+    assert findings({"ada": {"": checking}}, [booking(1)]) == [("ada", "", Finding.UNCLAIMED)]
+    assert findings({"ada": {"": checking}}, [booking(1, server="old")]) == [
+        ("ada", "", Finding.HOLDER_STOPPED)]
+    assert findings({"ada": {"": checking}}, []) == []  # gone: stopped once it runs
+    assert findings({"ada": {"": on(1)}}, []) == [("ada", "", Finding.GONE)]
+
+
 def test_the_log_says_why():
     server = RunningServer("ada", "", 7)
     assert Finding.GONE.describe(server, None, NOW) == (
