@@ -208,13 +208,12 @@ class NoticesHandler(APIHandler):
         ended_ids = [b.id for b in bookings if b.release_reason == ENDED_EARLY]
         ended = await self.run_in_executor(endings, self.store, ended_ids)
         notices = notices_json(bookings, now, rules.warn_before, minutes, own, ended)
-        flags = await self.run_in_executor(
-            service.booking_flags.current, [b.id for b in bookings if b.not_over(now)]
-        )
+        current = [b for b in bookings if b.not_over(now)]
+        flags = await self.run_in_executor(service.booking_flags.current, [b.id for b in current])
         notices += flagged_notices(bookings, flags, now)
-        pools = {b.pool for b in bookings if b.not_over(now)}
-        windows = await self.run_in_executor(self.store.list_maintenance, None, now) if pools else []
-        notices += maintenance_notices(bookings, [w for w in windows if w.pool in pools], now)
+        # maintenance_collisions matches each window's pool; no read when nothing is current
+        windows = await self.run_in_executor(self.store.list_maintenance, None, now) if current else []
+        notices += maintenance_notices(bookings, windows, now)
         notices += await recent_wait_notices(self, user, now - timedelta(hours=RELEASE_NOTICE_HOURS))
         if lifecycle.start_early_hours:
             # an admin reading another user's notices sees the offers by the default rules (no
