@@ -565,7 +565,8 @@ def pod_placement(pod: Mapping[str, Any]) -> tuple[str | None, tuple[int, ...] |
 def pod_booking(pod: Mapping[str, Any] | None) -> tuple[int | None, dict[str, Any] | None]:
     """The booking a pod (the API's JSON) was made for, from the spawner's label, and the state
     JSON of the node and GPU indices it was made for (None for what it does not say)."""
-    value = str(((pod or {}).get("metadata") or {}).get("labels", {}).get(BOOKING_ID_KEY, ""))
+    labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
+    value = str(labels.get(BOOKING_ID_KEY, ""))
     if not value.isdigit():
         return None, None
     node, gpus = pod_placement(pod)

@@ -117,7 +117,7 @@ def compare(
     a holder that is a pod (``pod_holder``) always counts as in use; a holder the Hub cannot
     say about is looked at again next time. A server the Hub is still checking gets its claim
     recorded (another claim must not take the booking it may run on), but is stopped only
-    once the Hub has it running (the Hub refuses to stop it meanwhile)."""
+    once the Hub has it running (its check may still find it gone)."""
     found = []
     for server in running_servers(servers_by_user):
         booking = bookings.get(server.booking_id)

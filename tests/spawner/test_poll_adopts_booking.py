@@ -52,6 +52,9 @@ async def test_a_server_the_hub_finds_running_again_names_its_pods_booking(
     pods[key] = booked_pod("")
     assert await spawner.poll() is None
     assert SERVER_STATE_BOOKING_KEY not in spawner.get_state()
+    pods[key]["metadata"]["labels"] = None  # as a client may write an empty map
+    assert await spawner.poll() is None
+    assert SERVER_STATE_BOOKING_KEY not in spawner.get_state()
     # a server that stopped adopts nothing
     pods[key], running[0] = booked_pod("42"), 1
     assert await spawner.poll() == 1
