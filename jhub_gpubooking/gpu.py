@@ -562,12 +562,20 @@ def pod_placement(pod: Mapping[str, Any]) -> tuple[str | None, tuple[int, ...] |
     return node, gpus
 
 
+def labelled_booking(labels: Mapping[str, Any] | None) -> int | None:
+    """The booking id a pod's labels (either the API's JSON or a client object's dict) name
+    with :data:`BOOKING_ID_KEY`; None when they name none (no label, or a value that is not a
+    booking id). The spawner, the webhook's check of admitted pods and the orphan sweep all
+    read the label through this one rule."""
+    value = str((labels or {}).get(BOOKING_ID_KEY, ""))
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
 def pod_booking(pod: Mapping[str, Any] | None) -> tuple[int | None, dict[str, Any] | None]:
     """The booking a pod (the API's JSON) was made for, from the spawner's label, and the state
     JSON of the node and GPU indices it was made for (None for what it does not say)."""
-    labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
-    value = str(labels.get(BOOKING_ID_KEY, ""))
-    if not value.isdigit():
+    booking_id = labelled_booking(((pod or {}).get("metadata") or {}).get("labels"))
+    if booking_id is None:
         return None, None
     node, gpus = pod_placement(pod)
-    return int(value), (None if node is None or gpus is None else made_for_state(node, gpus))
+    return booking_id, (None if node is None or gpus is None else made_for_state(node, gpus))

@@ -545,3 +545,17 @@ def test_hami_pins_a_whole_booked_gpu_and_each_share_to_its_uuid():
     assert whole.annotations == {"nvidia.com/use-gpuuuid": "GPU-b0"}
     # a node without UUIDs is not pinned (and pinning_gap warns at start)
     assert gpu_request(HAMI, Fraction(1), Placement("gpu-c", (0,), 4)).annotations == {}
+
+
+@pytest.mark.parametrize(("labels", "booking_id"), [
+    ({gpu.BOOKING_ID_KEY: "42"}, 42),
+    ({gpu.BOOKING_ID_KEY: 42}, 42),
+    ({gpu.BOOKING_ID_KEY: ""}, None),
+    ({gpu.BOOKING_ID_KEY: "-3"}, None),
+    ({gpu.BOOKING_ID_KEY: "４２"}, None),  # full-width digits pass str.isdigit, not a label
+    ({gpu.BOOKING_ID_KEY: "²"}, None),  # would pass str.isdigit and make int() raise
+    ({"app": "jupyterhub"}, None),
+    (None, None),
+])
+def test_labelled_booking_reads_only_a_decimal_booking_id(labels, booking_id):
+    assert gpu.labelled_booking(labels) == booking_id

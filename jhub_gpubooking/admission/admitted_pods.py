@@ -36,7 +36,7 @@ from ..core.errors import Conflict
 from ..core.model import Booking, BookingState, where_text
 from ..core.timegrid import parse_time
 from ..executor import in_executor
-from ..gpu import BOOKING_ID_KEY, pod_placement
+from ..gpu import BOOKING_ID_KEY, labelled_booking, pod_placement
 from .claims import PodFacts, delete_pod
 from .review import (
     POD_HOLDER_PREFIX,
@@ -108,9 +108,9 @@ def admitted_pod(pod: Mapping[str, Any], settings: AdmissionSettings) -> Admitte
     without the label or GPUs, a Hub server's, or one finished or being deleted (the claims'
     reconcile releases those)."""
     metadata = pod.get("metadata") or {}
-    label = str((metadata.get("labels") or {}).get(BOOKING_ID_KEY, ""))
+    booking_id = labelled_booking(metadata.get("labels"))
     annotations = metadata.get("annotations") or {}
-    if not label.isdigit() or USERNAME_KEY in annotations or SERVERNAME_KEY in annotations:
+    if booking_id is None or USERNAME_KEY in annotations or SERVERNAME_KEY in annotations:
         return None
     facts = PodFacts(phase=(pod.get("status") or {}).get("phase") or "Pending",
                      deleting=bool(metadata.get("deletionTimestamp")))
@@ -119,7 +119,7 @@ def admitted_pod(pod: Mapping[str, Any], settings: AdmissionSettings) -> Admitte
     if not wants_gpus(pod, settings):
         return None
     created = metadata.get("creationTimestamp")
-    return AdmittedPod(metadata.get("namespace", ""), metadata.get("name", ""), int(label),
+    return AdmittedPod(metadata.get("namespace", ""), metadata.get("name", ""), booking_id,
                        parse_time(created) if created else None, *pod_placement(pod))
 
 

@@ -40,7 +40,7 @@ from ..admission.claims import PodFacts, delete_pod, pod_facts
 from ..admission.review import SERVERNAME_KEY, USERNAME_KEY
 from ..core.model import Booking
 from ..executor import in_executor
-from ..gpu import BOOKING_ID_KEY
+from ..gpu import BOOKING_ID_KEY, labelled_booking
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +115,13 @@ def forgotten_pods(pods: Iterable[LabelledPod], servers_by_user: ServersByUser,
 
 def labelled_pod(pod: Any) -> LabelledPod | None:
     """A ``kubernetes_asyncio`` V1Pod as the sweep sees it (None: its label is no booking id)."""
-    value = (pod.metadata.labels or {}).get(BOOKING_ID_KEY, "")
-    if not value.isdigit():
+    booking_id = labelled_booking(pod.metadata.labels)
+    if booking_id is None:
         return None
     annotations = pod.metadata.annotations or {}
     user = annotations.get(USERNAME_KEY)
     server = None if user is None else (user, annotations.get(SERVERNAME_KEY, ""))
-    return LabelledPod(pod.metadata.namespace, pod.metadata.name, int(value), pod_facts(pod),
+    return LabelledPod(pod.metadata.namespace, pod.metadata.name, booking_id, pod_facts(pod),
                        pod.metadata.uid or "", server)
 
 
