@@ -242,6 +242,8 @@ class BookingsHandler(APIHandler):
         if not isinstance(body["pool"], str):
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         self.pool_or_404(body["pool"])
+        if user != principal.name:
+            await self.service.lifecycle.removed_users.refuse_unknown(user)
         # groups are only known for the caller; an admin booking for someone else is exempt anyway
         groups = principal.groups if user == principal.name else ()
         # opportunistic grants in the booking's way are preempted (service/opportunistic.py)

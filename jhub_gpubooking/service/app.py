@@ -40,7 +40,7 @@ from ..db.flags import BookingFlags
 from ..db.session import DEFAULT_DB_URL
 from ..gpu import resolve_backends
 from .backups import ScheduledBackups
-from .base import hub_user_model, refusal
+from .base import hub_user_model, unknown_hub_user
 from .config_sections import move_options, moved_options
 from .email import EmailWarnings
 from .hub_servers import HubServers
@@ -529,7 +529,7 @@ class GPUBookingService(Application):
         """The user's Hub groups (group policies decide which pools they may use)."""
         model = await hub_user_model(self.hub_api_url, self.api_token, user)
         if model is None:
-            raise refusal(404, f"The Hub has no user named {user!r}.")
+            raise unknown_hub_user(user)
         return tuple(model.get("groups") or ())
 
     def start(self) -> None:

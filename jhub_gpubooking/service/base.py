@@ -49,6 +49,13 @@ def refusal(status: int, message: str, retry_after: int | None = None) -> web.HT
     return error
 
 
+def unknown_hub_user(user: str) -> web.HTTPError:
+    """The refusal of a request that names a user the Hub does not have (404, as for an
+    unknown pool): a typo, or someone who has never logged in."""
+    return refusal(404, f"The Hub has no user named {user!r}. Check the spelling; someone who "
+                   "has never logged in can be added on the Hub's admin page first.")
+
+
 def checked_user(value: Any) -> str:
     """The Hub user name a request body names (``user``)."""
     if not isinstance(value, str) or not value:

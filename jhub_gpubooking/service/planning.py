@@ -124,6 +124,8 @@ class SeriesListHandler(APIHandler):
         if not isinstance(body["pool"], str):
             raise refusal(400, "'pool' must be the name of a GPU pool.")
         self.pool_or_404(body["pool"])
+        if user != principal.name:
+            await self.service.lifecycle.removed_users.refuse_unknown(user)
         if body["repeat"] not in REPEATS:
             raise refusal(400, f"'repeat' must be one of: {', '.join(REPEATS)}.")
         count = body.get("count")

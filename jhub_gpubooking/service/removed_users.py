@@ -32,7 +32,7 @@ from ..db.session import unavailable_reason
 from ..executor import in_executor
 from ..hub_config import HUB_CULLS_USERS_ENV
 from .api import APIHandler
-from .base import hub_user_model
+from .base import hub_user_model, unknown_hub_user
 
 
 class RemovedUsers(LoggingConfigurable):
@@ -94,6 +94,16 @@ class RemovedUsers(LoggingConfigurable):
     def checking(self) -> bool:
         """Whether rounds run at all (check_interval_minutes 0 turns them off)."""
         return bool(self.check_interval_minutes)
+
+    async def refuse_unknown(self, user: str) -> None:
+        """Refuse (:func:`unknown_hub_user`) what an administrator books for ``user`` when the
+        Hub has no such user and rounds run: the next round would find them missing and take
+        the booking off after the grace, so the admin hears it now rather than the user never.
+        With rounds off (the Hub's culler deletes idle users, who come back at their next
+        login) nothing is refused. The Hub unable to say is :func:`hub_user_model`'s 503."""
+        if self.checking and await hub_user_model(self.hub_api_url, self.api_token,
+                                                  user) is None:
+            raise unknown_hub_user(user)
 
     def _round_due(self, now: datetime) -> bool:
         if not self.checking:

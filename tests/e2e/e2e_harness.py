@@ -161,7 +161,10 @@ class Driver:
     # -- bookings --------------------------------------------------------------------------------
 
     def book(self, user: str, pool: str, gpus, minutes: int = 60, start: datetime | None = None):
-        """Book now (the current 1-minute slot) for ``minutes``; returns the booking JSON."""
+        """Book now (the current 1-minute slot) for ``minutes``; returns the booking JSON. The
+        user is added to the Hub first, as an admin does before booking for a new student (the
+        service refuses a booking for a user the Hub does not have)."""
+        self.ensure_user(user)
         now = datetime.now(timezone.utc)
         start = start or now.replace(second=0, microsecond=0)
         response = self.booking.post("bookings", json={

@@ -98,3 +98,28 @@ def test_admins_see_who_is_missing_from_the_hub_and_what_goes_when(tmp_path):
             httpx.post(f"{hub.hub_api_url}/users/bob", headers=admin).raise_for_status()
             wait_for(lambda: listed() == [], "bob is no longer listed", hub)
             assert carol.get(f"api/bookings/{booking}").json()["state"] == "upcoming"
+
+
+def test_an_admin_booking_for_a_user_the_hub_lacks_is_refused_not_taken_off_later(tmp_path):
+    """A booking for a user the Hub does not have (a typo, or someone who never logged in)
+    would be cancelled by the check of deleted users after its grace: the admin hears it at
+    once, for a single booking and for a series; booking for a user the Hub has still works."""
+    start = ceil_to_grid(datetime.now(timezone.utc) + timedelta(days=1), 60)
+    times = {"start": format_time(start), "end": format_time(start + timedelta(hours=1))}
+    with start_booking_hub(tmp_path / "hub") as hub, hub.api(hub.user_token("carol")) as carol:
+        # carol is a booking admin (gpu-admins group)
+        typo = carol.post("api/bookings", json={"pool": "a100", "gpus": 1, "user": "adaa",
+                                                **times})
+        assert typo.status_code == 404, typo.text
+        assert typo.json()["message"] == (
+            "The Hub has no user named 'adaa'. Check the spelling; someone who has never "
+            "logged in can be added on the Hub's admin page first.")
+        series = carol.post("api/series", json={"pool": "a100", "gpus": 1, "user": "adaa",
+                                                "repeat": "weekly", "count": 2, **times})
+        assert series.status_code == 404, series.text
+        assert carol.get("api/bookings", params={"user": "adaa"}).json()["bookings"] == []
+
+        made = carol.post("api/bookings", json={"pool": "a100", "gpus": 1, "user": "ada",
+                                                **times})
+        assert made.status_code == 201, made.text
+        assert made.json()["user"] == "ada"

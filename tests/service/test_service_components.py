@@ -220,3 +220,19 @@ def test_the_removed_users_check_is_off_on_a_hub_that_culls_users_unless_set(mon
     assert RemovedUsers().check_interval_minutes == 0
     insisted = Config(RemovedUsers={"check_interval_minutes": 30.0})
     assert RemovedUsers(config=insisted).check_interval_minutes == 30
+
+
+async def test_a_booking_for_a_user_is_checked_against_the_hub_only_while_rounds_run():
+    """With the check of deleted users off (a Hub that culls idle users, who come back at their
+    next login), an admin may book for a user the Hub does not have now: no Hub call is made.
+    With it on, a Hub that cannot say is a 503 to retry, not an accepted booking."""
+    from tornado import web
+
+    from jhub_gpubooking.service.removed_users import RemovedUsers
+
+    nowhere = "http://127.0.0.1:9/hub/api"  # the discard port: nothing answers there
+    await RemovedUsers(check_interval_minutes=0, hub_api_url=nowhere).refuse_unknown("culled")
+    with pytest.raises(web.HTTPError) as refused:
+        await RemovedUsers(check_interval_minutes=60, hub_api_url=nowhere).refuse_unknown("bob")
+    assert refused.value.status_code == 503
+    assert "The Hub could not tell who bob is right now" in refused.value.log_message % refused.value.args
