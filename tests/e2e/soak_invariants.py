@@ -227,7 +227,7 @@ class InvariantChecker:
             self.checks["no GPU pod without an active booking"] += 1
             booking_id = pod_booking_id(pod)
             booking = snapshot.bookings.get(booking_id) if booking_id is not None else None
-            wrong = not_covered(pod, booking_id, booking)
+            wrong = not_covered(pod, booking_id, booking, snapshot.pools)
             if wrong is not None:
                 # only a restore makes a pod's booking go, start later or move
                 restore = facts.undone_by_restore(booking_id)

@@ -6,9 +6,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from fractions import Fraction
 
+from jhub_gpubooking.admission.review import USERNAME_KEY
 from jhub_gpubooking.admission.rules import is_gpu_resource
 from jhub_gpubooking.core.timegrid import parse_time
-from jhub_gpubooking.gpu import BOOKING_ID_KEY, pod_placement
+from jhub_gpubooking.core.wire import placement_from_json, pool_from_json
+from jhub_gpubooking.gpu import BOOKING_ID_KEY, gpu_request, pod_placement
+from jhub_gpubooking.quantity import parse_quantity
 
 
 def pod_is_live(pod: dict) -> bool:
@@ -26,8 +29,11 @@ def pod_booking_id(pod: dict) -> int | None:
     return int(value) if value else None
 
 
-def not_covered(pod: dict, booking_id: int | None, booking: dict | None) -> str | None:
-    """Why ``booking`` cannot be what the GPU pod runs on, whatever the time (None: it can)."""
+def not_covered(pod: dict, booking_id: int | None, booking: dict | None,
+                pools: dict[str, dict]) -> str | None:
+    """Why ``booking`` cannot be what the GPU pod runs on, whatever the time (None: it can):
+    none, not started, placed elsewhere, or not the booked share (``pools``: the service's
+    pools JSON, by name)."""
     if booking is None:
         return f"runs without a booking ({booking_id})"
     if booking["state"] == "upcoming":
@@ -36,7 +42,41 @@ def not_covered(pod: dict, booking_id: int | None, booking: dict | None) -> str 
     if placed is not None and made_for != placed:
         return (f"was made for {made_for[0]} GPU {made_for[1]}, its booking {booking_id} is "
                 f"placed on {placed[0]} GPU {placed[1]}")
-    return None
+    return not_the_share(pod, booking_id, booking, pools)
+
+
+def booked_resources(booking: dict, pools: dict[str, dict]) -> dict[str, int]:
+    """The resources a pod running on ``booking`` asks for: the spawner's own translation."""
+    pool = pool_from_json(pools[booking["pool"]])
+    return dict(gpu_request(pool, Fraction(str(booking["gpus"])),
+                            placement_from_json(booking["placement"])).resources)
+
+
+def pod_gpu_limits(pod: dict, names) -> dict[str, int]:
+    """The GPU resources (device plugins' and ``names``) the pod's containers ask for, summed."""
+    asked: dict[str, int] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        for name, quantity in limits.items():
+            if is_gpu_resource(name, names):
+                asked[name] = asked.get(name, 0) + int(parse_quantity(quantity))
+    return asked
+
+
+def not_the_share(pod: dict, booking_id: int | None, booking: dict,
+                  pools: dict[str, dict]) -> str | None:
+    """Why the pod's GPU resources are not its booking's share: a Hub server's pod gets exactly
+    the share; a pod made outside the Hub asks for the same resources, none of them more."""
+    if not booking.get("placement"):
+        return None  # not placed (an old booking): nothing to translate
+    given = booked_resources(booking, pools)
+    asked = pod_gpu_limits(pod, given)
+    hub_pod = USERNAME_KEY in ((pod["metadata"].get("annotations")) or {})
+    if asked == given or (not hub_pod and asked.keys() == given.keys() and all(
+            asked[name] <= given[name] for name in given)):
+        return None
+    return (f"asks for {asked}, its booking {booking_id} of {booking['gpus']} GPU(s) gives "
+            f"{given}")
 
 
 def placed_at(booking: dict) -> tuple[str, tuple[int, ...]] | None:

@@ -8,16 +8,13 @@ one-pod-per-booking refusal and the release of the booking at the pod's end all 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from pod_commands import sleeping
 from soak_invariants import Snapshot
-from soak_json import pod_booking_id, pod_name
+from soak_json import booked_resources, pod_booking_id, pod_name
 
 from jhub_gpubooking.core.timegrid import floor_to_grid, format_time
-from jhub_gpubooking.core.wire import placement_from_json, pool_from_json
-from jhub_gpubooking.gpu import gpu_request
 
 if TYPE_CHECKING:
     from soak import Walk
@@ -25,6 +22,8 @@ if TYPE_CHECKING:
 #: gated namespace -> its owner: pods made there outside the Hub need the owner's booking
 GATED = {"jobs-u0": "u0", "jobs-u1": "u1"}
 MAX_OUTSIDE_PODS = 4
+#: share of the pods made on a free booking that ask for more than it gives
+GREEDY = 0.15
 
 
 def now() -> datetime:
@@ -37,6 +36,8 @@ def refusal_kind(message: str) -> str:
         return "booking in use"
     if "has none now" in message:
         return "no booking"
+    if "but the booking gives" in message:
+        return "more than booked"
     return "not covered"
 
 
@@ -69,8 +70,9 @@ class OutsidePods:
 
     def create(self) -> str:
         """Mostly a pod asking exactly what a free booking of its namespace's owner gives (the
-        webhook admits it and claims the booking); sometimes a second pod on a booking a pod
-        holds (refused: one pod per booking), or one in a namespace with nothing booked."""
+        webhook admits it and claims the booking); sometimes one asking for a GPU more (refused:
+        more than booked), a second pod on a booking a pod holds (refused: one pod per
+        booking), or one in a namespace with nothing booked."""
         if len(self.live()) >= MAX_OUTSIDE_PODS:
             return self.delete()
         owned = {namespace: [b for b in self.walk.bookings_in("active") if b["user"] == owner]
@@ -87,6 +89,10 @@ class OutsidePods:
             namespace, booking = self.walk.rng.choice(sorted(GATED)), None
         resources = ({"nvidia.com/gpu": "1"} if booking is None else {
             name: str(count) for name, count in self.booking_resources(booking).items()})
+        if free and roll < GREEDY * 0.65:  # within the draw that picked a free booking
+            # a job that asks for one GPU more than its owner booked: refused, and the booking
+            # stays free for the corrected job (the share invariant sees no such pod run)
+            resources["nvidia.com/gpu"] = str(int(resources["nvidia.com/gpu"]) + 1)
         self.counter += 1
         # it runs until deleted (by the walk, or by the service at its booking's end); a long
         # walk lasts an hour
@@ -103,10 +109,8 @@ class OutsidePods:
         return outcome
 
     def booking_resources(self, booking: dict) -> dict[str, int]:
-        """What a pod must ask for to run on ``booking``: the spawner's own translation."""
-        pool = pool_from_json(self.walk.pools[booking["pool"]])
-        return gpu_request(pool, Fraction(str(booking["gpus"])),
-                           placement_from_json(booking["placement"])).resources
+        """What a pod must ask for to run on ``booking``."""
+        return booked_resources(booking, self.walk.pools)
 
     def delete(self) -> str:
         pods = self.live()

@@ -16,10 +16,14 @@ from soak_invariants import (
 from soak_json import booked_hours
 
 from jhub_gpubooking.core.lifecycle import SERVER_STATE_BOOKING_KEY
+from jhub_gpubooking.core.model import Pool
 from jhub_gpubooking.core.timegrid import format_time
+from jhub_gpubooking.core.wire import pool_to_json
 
 NOW = datetime(2030, 1, 7, 10, 30, 20, tzinfo=timezone.utc)
-POOLS = {"a100": {"name": "a100", "slices_per_gpu": 4, "nodes": {"n1": 1}}}
+#: the service's pool JSON: A100s of 40 GiB shared in quarters with HAMi
+POOLS = {"a100": pool_to_json(Pool(name="a100", nodes={"n1": 1}, slices_per_gpu=4,
+                                   backend="hami", gpu_memory_mib=40960))}
 
 
 def booking(id: int, start: int, end: int, *, slices: int = 2, gpu: int = 0, created=None,
@@ -36,13 +40,15 @@ def booking(id: int, start: int, end: int, *, slices: int = 2, gpu: int = 0, cre
 
 
 def pod(name: str, booking_id: int | None, user: str | None = None, gpu: bool = True,
-        index: int = 0) -> dict:
-    """A running pod on n1, made for GPU ``index`` (booking() places on GPU 0)."""
+        index: int = 0, slices: int = 2) -> dict:
+    """A running pod on n1, made for GPU ``index`` (booking() places on GPU 0) and for a share
+    of ``slices`` quarters (booking()'s default), as HAMi counts it."""
     annotations = {"hub.jupyter.org/username": user} if user else {}
     if booking_id is not None:
         annotations["gpubooking.jupyter.org/booking-id"] = str(booking_id)
         annotations["gpubooking.jupyter.org/gpu-indices"] = str(index)
-    limits = {"nvidia.com/gpu": "1"} if gpu else {"cpu": "1"}
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(10240 * slices),
+              "nvidia.com/gpucores": str(25 * slices)} if gpu else {"cpu": "1"}
     return {"metadata": {"name": name, "namespace": "jhub", "annotations": annotations},
             "spec": {"containers": [{"resources": {"limits": limits}}], "nodeName": "n1"},
             "status": {"phase": "Running"}}
@@ -129,6 +135,26 @@ def test_a_gpu_pod_on_a_booking_not_started_or_placed_elsewhere():
     pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}  # pending, not bound
     assert check(snapshot([booking(2, 40, 60, state="upcoming")], [pinned])) == [
         "GPU pod jhub/a runs on booking 2, which has not started"]
+
+
+def test_a_gpu_pod_must_ask_for_its_bookings_share():
+    """A Hub server's pod gets exactly the booked share; a pod made outside the Hub asks for
+    the same resources, none of them more (the webhook's rule)."""
+    half = booking(1, 0, 60, slices=2)
+    assert check(snapshot([half], [pod("jupyter-ada", 1, "ada", slices=2)])) == []
+    assert check(snapshot([half], [pod("jupyter-ada", 1, "ada", slices=1)])) == [
+        "GPU pod jhub/jupyter-ada asks for {'nvidia.com/gpu': 1, 'nvidia.com/gpumem': 10240, "
+        "'nvidia.com/gpucores': 25}, its booking 1 of 0.5 GPU(s) gives {'nvidia.com/gpu': 1, "
+        "'nvidia.com/gpumem': 20480, 'nvidia.com/gpucores': 50}"]
+    assert check(snapshot([half], [pod("train", 1, slices=1)])) == []  # less: the job's choice
+    greedy = pod("train", 1, slices=3)
+    assert check(snapshot([half], [greedy])) == [
+        "GPU pod jhub/train asks for {'nvidia.com/gpu': 1, 'nvidia.com/gpumem': 30720, "
+        "'nvidia.com/gpucores': 75}, its booking 1 of 0.5 GPU(s) gives {'nvidia.com/gpu': 1, "
+        "'nvidia.com/gpumem': 20480, 'nvidia.com/gpucores': 50}"]
+    unlimited = pod("train", 1)
+    del unlimited["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"]
+    assert len(check(snapshot([half], [unlimited]))) == 1  # a share without a memory limit
 
 
 def restore(undone: set[int], *, up_ago: int = 10, bookings=(), waits=(),
