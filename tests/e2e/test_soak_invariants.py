@@ -273,6 +273,11 @@ def test_an_extended_server_must_outlive_the_old_end():
     facts.extensions[0].checked = False
     running = snapshot([extended], [pod("p", 1, "ada")], {("ada", ""): {"ready": True}})
     assert check(running, facts=facts) == []
+    # ended now after the extension, and the server stopped; then a restore gave back the
+    # extended booking, so its end is later than the stop: the restore undid what stopped it
+    facts.extensions[0].checked = False
+    facts.restores.append(restore({1}))
+    assert check(snapshot([extended]), facts=facts) == []
 
 
 def test_overbooking_counts_a_booking_from_its_creation():
