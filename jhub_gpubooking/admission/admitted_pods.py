@@ -174,8 +174,6 @@ class AdmittedPods:
 
     async def check(self, now: datetime) -> list[tuple[AdmittedPod, PodFinding]]:
         """One round at ``now``: what was found and acted on."""
-        from kubernetes_asyncio.client import CoreV1Api
-
         settings = self.settings()
         held = await in_executor(self.executor, self.store.held_by_prefix, POD_HOLDER_PREFIX)
         claimed = {pod[0] for booking, _ in held if (pod := holder_pod(booking.server))}
@@ -185,6 +183,10 @@ class AdmittedPods:
             return []
         try:
             async with await self._connect() as api_client:
+                # only now: the connector loads the client's modules in a thread (see
+                # OrphanPods.sweep)
+                from kubernetes_asyncio.client import CoreV1Api
+
                 api = CoreV1Api(api_client)
                 pods = []
                 for namespace in namespaces:

@@ -186,10 +186,12 @@ class OrphanPods(LoggingConfigurable):
         off)."""
         if self._connect is None:
             return []
-        from kubernetes_asyncio.client import CoreV1Api
-
         try:
             async with await self._connect() as api_client:
+                # only now: the connector loads the client's modules in a thread, which takes
+                # seconds; imported before, they would stop the event loop (the webhook too)
+                from kubernetes_asyncio.client import CoreV1Api
+
                 api = CoreV1Api(api_client)
                 listed = await api.list_namespaced_pod(self.hub_namespace,
                                                        label_selector=BOOKING_ID_KEY)
