@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from e2e_harness import Driver, running_demo, wait_for
 from pod_commands import SLEEPER
 
 from jhub_gpubooking.admission.review import USERNAME_KEY
+from jhub_gpubooking.admission.server import STARTING
 from jhub_gpubooking.core.timegrid import ceil_to_grid
 
 pytestmark = pytest.mark.e2e
@@ -59,6 +61,19 @@ def post_pod(driver: Driver, name: str, booking_id: int) -> httpx.Response:
                "name": "main", "image": "python:3.12", "command": SLEEPER,
                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
     return driver.cluster.post(f"api/v1/namespaces/{LAB}/pods", json=pod)
+
+
+def post_pod_after_start(driver: Driver, name: str, booking_id: int,
+                         timeout: float = 60) -> httpx.Response:
+    """``post_pod`` as a client does right after the service started: the webhook refuses
+    pods until its first check of the running servers and pods is done (a few seconds, the
+    Kubernetes client loading in a thread meanwhile) and asks for the pod again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = post_pod(driver, name, booking_id)
+        if STARTING not in response.text or time.monotonic() > deadline:
+            return response
+        time.sleep(0.5)
 
 
 def create_pod(driver: Driver, name: str, booking_id: int) -> None:
@@ -188,7 +203,7 @@ def test_a_server_on_a_booking_the_backup_has_held_by_an_ended_pod_keeps_running
             dan = driver.get_booking(dans["id"])
             assert (dan["server"], dan["state"]) == ("", "active")
             assert driver.server_model("dan")["ready"] and "jupyter-dan" in driver.pods()
-            response = post_pod(driver, "beside", dans["id"])
+            response = post_pod_after_start(driver, "beside", dans["id"])
             assert response.status_code == 403, response.text
             assert "one booking admits one pod at a time" in response.json()["message"]
             driver.stop_server("dan")
@@ -233,7 +248,7 @@ def test_the_pod_of_a_start_the_hub_forgot_is_deleted_before_another_pod_takes_i
         driver = Driver(demo)  # the old connections went to the Hub's old proxy
         try:
             # the webhook admits a pod on dan's booking only after the first check
-            response = post_pod(driver, "beside", dans["id"])
+            response = post_pod_after_start(driver, "beside", dans["id"])
             assert response.status_code == 201, response.text
             pod = driver.pods().get("jupyter-dan")
             assert pod is None or pod["metadata"].get("deletionTimestamp"), pod
