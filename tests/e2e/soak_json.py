@@ -7,11 +7,10 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 
 from jhub_gpubooking.admission.review import USERNAME_KEY
-from jhub_gpubooking.admission.rules import is_gpu_resource
+from jhub_gpubooking.admission.rules import format_resources, is_gpu_resource, pod_gpu_demand
 from jhub_gpubooking.core.timegrid import parse_time
 from jhub_gpubooking.core.wire import placement_from_json, pool_from_json
 from jhub_gpubooking.gpu import BOOKING_ID_KEY, gpu_request, pod_placement
-from jhub_gpubooking.quantity import parse_quantity
 
 
 def pod_is_live(pod: dict) -> bool:
@@ -52,17 +51,6 @@ def booked_resources(booking: dict, pools: dict[str, dict]) -> dict[str, int]:
                             placement_from_json(booking["placement"])).resources)
 
 
-def pod_gpu_limits(pod: dict, names) -> dict[str, int]:
-    """The GPU resources (device plugins' and ``names``) the pod's containers ask for, summed."""
-    asked: dict[str, int] = {}
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        limits = (container.get("resources") or {}).get("limits") or {}
-        for name, quantity in limits.items():
-            if is_gpu_resource(name, names):
-                asked[name] = asked.get(name, 0) + int(parse_quantity(quantity))
-    return asked
-
-
 def not_the_share(pod: dict, booking_id: int | None, booking: dict,
                   pools: dict[str, dict]) -> str | None:
     """Why the pod's GPU resources are not its booking's share: a Hub server's pod gets exactly
@@ -70,13 +58,13 @@ def not_the_share(pod: dict, booking_id: int | None, booking: dict,
     if not booking.get("placement"):
         return None  # not placed (an old booking): nothing to translate
     given = booked_resources(booking, pools)
-    asked = pod_gpu_limits(pod, given)
+    asked = pod_gpu_demand(pod, given)  # as the webhook and the scheduler count it
     hub_pod = USERNAME_KEY in ((pod["metadata"].get("annotations")) or {})
     if asked == given or (not hub_pod and asked.keys() == given.keys() and all(
             asked[name] <= given[name] for name in given)):
         return None
-    return (f"asks for {asked}, its booking {booking_id} of {booking['gpus']} GPU(s) gives "
-            f"{given}")
+    return (f"asks for {format_resources(asked)}, its booking {booking_id} of "
+            f"{booking['gpus']} GPU(s) gives {format_resources(given)}")
 
 
 def placed_at(booking: dict) -> tuple[str, tuple[int, ...]] | None:

@@ -88,7 +88,7 @@ class OutsidePods:
         else:
             namespace, booking = self.walk.rng.choice(sorted(GATED)), None
         resources = ({"nvidia.com/gpu": "1"} if booking is None else {
-            name: str(count) for name, count in self.booking_resources(booking).items()})
+            name: str(count) for name, count in booked_resources(booking, self.walk.pools).items()})
         if free and roll < GREEDY * 0.65:  # within the draw that picked a free booking
             # a job that asks for one GPU more than its owner booked: refused, and the booking
             # stays free for the corrected job (the share invariant sees no such pod run)
@@ -107,10 +107,6 @@ class OutsidePods:
             outcome = "refused: " + refusal_kind(response.text)
         self.walk.result.webhook[outcome] += 1
         return outcome
-
-    def booking_resources(self, booking: dict) -> dict[str, int]:
-        """What a pod must ask for to run on ``booking``."""
-        return booked_resources(booking, self.walk.pools)
 
     def delete(self) -> str:
         pods = self.live()

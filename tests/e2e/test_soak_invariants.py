@@ -143,15 +143,15 @@ def test_a_gpu_pod_must_ask_for_its_bookings_share():
     half = booking(1, 0, 60, slices=2)
     assert check(snapshot([half], [pod("jupyter-ada", 1, "ada", slices=2)])) == []
     assert check(snapshot([half], [pod("jupyter-ada", 1, "ada", slices=1)])) == [
-        "GPU pod jhub/jupyter-ada asks for {'nvidia.com/gpu': 1, 'nvidia.com/gpumem': 10240, "
-        "'nvidia.com/gpucores': 25}, its booking 1 of 0.5 GPU(s) gives {'nvidia.com/gpu': 1, "
-        "'nvidia.com/gpumem': 20480, 'nvidia.com/gpucores': 50}"]
+        "GPU pod jhub/jupyter-ada asks for nvidia.com/gpu: 1, nvidia.com/gpucores: 25, "
+        "nvidia.com/gpumem: 10240, its booking 1 of 0.5 GPU(s) gives nvidia.com/gpu: 1, "
+        "nvidia.com/gpucores: 50, nvidia.com/gpumem: 20480"]
     assert check(snapshot([half], [pod("train", 1, slices=1)])) == []  # less: the job's choice
     greedy = pod("train", 1, slices=3)
     assert check(snapshot([half], [greedy])) == [
-        "GPU pod jhub/train asks for {'nvidia.com/gpu': 1, 'nvidia.com/gpumem': 30720, "
-        "'nvidia.com/gpucores': 75}, its booking 1 of 0.5 GPU(s) gives {'nvidia.com/gpu': 1, "
-        "'nvidia.com/gpumem': 20480, 'nvidia.com/gpucores': 50}"]
+        "GPU pod jhub/train asks for nvidia.com/gpu: 1, nvidia.com/gpucores: 75, "
+        "nvidia.com/gpumem: 30720, its booking 1 of 0.5 GPU(s) gives nvidia.com/gpu: 1, "
+        "nvidia.com/gpucores: 50, nvidia.com/gpumem: 20480"]
     unlimited = pod("train", 1)
     del unlimited["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"]
     assert len(check(snapshot([half], [unlimited]))) == 1  # a share without a memory limit
