@@ -23,6 +23,8 @@ from urllib.parse import quote
 import aiohttp
 from tornado.httputil import url_concat
 
+from .core.wire import SERVICE_STARTING
+
 #: The session of each running event loop (see :func:`shared_session`).
 _sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 #: The tasks that close them (the loop keeps only weak references to its tasks).
@@ -58,6 +60,15 @@ async def _close_at_shutdown(loop: asyncio.AbstractEventLoop, session: aiohttp.C
 
 class BookingServiceUnavailable(Exception):
     """The service could not be reached, timed out, or answered with a server error."""
+
+
+class BookingServiceStarting(BookingServiceUnavailable):
+    """The service has just started and cannot claim yet (503, reason
+    :data:`SERVICE_STARTING`): ask again after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class BookingRefused(Exception):
@@ -139,17 +150,20 @@ class BookingClient:
         url = self.api_url + path
         try:
             try:
-                code, reason, payload = await self._send(method, url, body)
+                code, reason, payload, retry_after = await self._send(method, url, body)
             except aiohttp.ServerDisconnectedError:
                 # a kept-alive connection the service closed (a restart) just as it was reused:
                 # nothing was answered, so send once more on a new one (every request of this
                 # client is idempotent: a claim this server holds already is answered as is)
-                code, reason, payload = await self._send(method, url, body)
+                code, reason, payload, retry_after = await self._send(method, url, body)
         except (OSError, aiohttp.ClientError, asyncio.TimeoutError) as error:
             # connection refused, DNS failure, timeout
             raise BookingServiceUnavailable(
                 f"{method} {url}: {error or type(error).__name__}"
             ) from error
+        if code == 503 and retry_after is not None and _reason(payload) == SERVICE_STARTING:
+            raise BookingServiceStarting(f"{method} {url}: HTTP 503, the service is starting",
+                                         retry_after)
         if code >= 500:
             raise BookingServiceUnavailable(f"{method} {url}: HTTP {code} {reason}")
         try:
@@ -164,8 +178,11 @@ class BookingClient:
             raise BookingRefused(code, message or f"HTTP {code} {reason}", details)
         return answer
 
-    async def _send(self, method: str, url: str, body: dict | None) -> tuple[int, str, bytes]:
-        """One request on the loop's shared session: (status, reason, body)."""
+    async def _send(
+        self, method: str, url: str, body: dict | None
+    ) -> tuple[int, str, bytes, float | None]:
+        """One request on the loop's shared session: (status, reason, body, the seconds of its
+        ``Retry-After`` header or None)."""
         async with shared_session().request(
             method,
             url,
@@ -180,4 +197,23 @@ class BookingClient:
             ),
             allow_redirects=False,
         ) as response:
-            return response.status, response.reason or "", await response.read()
+            return (response.status, response.reason or "", await response.read(),
+                    _seconds(response.headers.get("Retry-After")))
+
+
+def _seconds(header: str | None) -> float | None:
+    """A ``Retry-After`` given in seconds (the service never sends an HTTP date)."""
+    try:
+        seconds = float(header) if header is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < 3600 else None
+
+
+def _reason(payload: bytes) -> str | None:
+    """The ``reason`` of an error answer's JSON, if it has one."""
+    try:
+        answer = json.loads(payload or b"null")
+    except ValueError:
+        return None
+    return answer.get("reason") if isinstance(answer, dict) else None

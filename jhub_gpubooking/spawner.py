@@ -32,38 +32,28 @@ from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
     server_text,
     share_text,
 )
-from .client import BookingClient, BookingRefused, BookingServiceUnavailable
+from .client import (
+    BookingClient,
+    BookingRefused,
+    BookingServiceStarting,
+    BookingServiceUnavailable,
+)
 from .core.clock import SystemClock
 from .core.lifecycle import SERVER_STATE_BOOKING_KEY, SERVER_STATE_PLACEMENT_KEY, placement_state
 from .core.model import Booking, Pool, format_amount
 from .core.wire import booking_from_json, pool_from_json
 from .gpu import PodSettings, booking_pod_settings, pod_booking
 from .lab.access import GPUBookingLabAccess
-
-try:  # JupyterHub >= 6 has a dedicated exception for refused spawns
-    from jupyterhub.spawner import SpawnException
-except ImportError:  # JupyterHub 5.x
-    SpawnException = None
+from .start_refusals import (
+    SERVICE_STARTING_MESSAGE,
+    booking_refusal,
+    claim_refusal,
+    unavailable_refusal,
+)
 
 #: Key under which the claimed booking id survives Hub restarts in the spawner state; the
 #: service reads it (admin:server_state) to stop a server only for the booking it runs on.
 _STATE_KEY = SERVER_STATE_BOOKING_KEY
-
-
-def booking_refusal(message: str, *, reason: str, status_code: int = 403) -> web.HTTPError:
-    """The exception that shows ``message`` to the user on JupyterHub 5.5 and 6.x alike.
-
-    Both versions show ``jupyterhub_message`` on the spawn-pending page, in the progress
-    stream ("Spawn failed: …") and in the REST API error; 6.x also reads ``message`` and
-    counts a SpawnException as a refusal rather than a Hub error.
-    """
-    if SpawnException is not None:
-        error = SpawnException(message, reason=reason, status_code=status_code)
-    else:
-        # without args, HTTPError escapes the % in log_message itself
-        error = web.HTTPError(status_code, message)
-    error.jupyterhub_message = message
-    return error
 
 
 class GPUBookingSpawner(KubeSpawner):
@@ -113,6 +103,17 @@ class GPUBookingSpawner(KubeSpawner):
         5.0,
         config=True,
         help="Seconds a whole request to the booking service may take before GPU starts are refused.",
+    )
+    booking_starting_timeout = Float(
+        45.0,
+        config=True,
+        help="""
+        Seconds a GPU start waits for a booking service that has just started. Until the
+        service has compared the running servers and pods with its bookings (seconds after
+        each start; it stops making starts wait after 30 s), it answers a claim with 503 and
+        ``Retry-After``, and the spawner asks again until this time is up. Then the start is
+        refused with a sentence saying the service is starting. 0 refuses at once.
+        """,
     )
     booking_connect_timeout = Float(
         2.0,
@@ -356,21 +357,30 @@ class GPUBookingSpawner(KubeSpawner):
         """
         if not self.booking_api_url:
             self.log.error("GPU start of %s refused: booking_api_url is not set", self._log_name)
-            raise booking_refusal(
-                SERVICE_UNAVAILABLE_MESSAGE, reason="gpu_booking_unavailable", status_code=503
-            )
-        chosen = self._chosen_booking_id()
-        try:
-            answer = await self._booking_client().claim_in_pool(
-                pool_name, self.user.name, self.name, chosen
-            )
-        except BookingServiceUnavailable as error:
-            self.log.error("GPU start of %s refused, service down: %s", self._log_name, error)
-            raise booking_refusal(
-                SERVICE_UNAVAILABLE_MESSAGE, reason="gpu_booking_unavailable", status_code=503
-            ) from error
-        except BookingRefused as refused:
-            raise self._claim_refusal(pool_name, refused) from refused
+            raise unavailable_refusal()
+        client, chosen = self._booking_client(), self._chosen_booking_id()
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.booking_starting_timeout
+        while True:
+            try:
+                answer = await client.claim_in_pool(pool_name, self.user.name, self.name, chosen)
+                break
+            except BookingServiceStarting as starting:
+                # the service's first check after its start (seconds): ask again, as it says
+                if loop.time() + starting.retry_after > give_up:
+                    self.log.error("GPU start of %s refused, the service is still starting",
+                                   self._log_name)
+                    raise booking_refusal(SERVICE_STARTING_MESSAGE, status_code=503,
+                                          reason="gpu_booking_starting") from starting
+                self.log.info("GPU start of %s waits %g s for the booking service, which has "
+                              "just started", self._log_name, starting.retry_after)
+                await asyncio.sleep(starting.retry_after)
+            except BookingServiceUnavailable as error:
+                self.log.error("GPU start of %s refused, service down: %s", self._log_name, error)
+                raise unavailable_refusal() from error
+            except BookingRefused as refused:
+                raise claim_refusal(pool_name, refused, self.booking_page_url, self.log,
+                                    self._log_name) from refused
         pool = pool_from_json(answer["pool"])
         booking = booking_from_json(answer["booking"], pool)
         self._claimed_booking_id = booking.id
@@ -379,49 +389,6 @@ class GPUBookingSpawner(KubeSpawner):
         self._booked_placement = (None if booking.placement is None
                                   else placement_state(booking.placement))
         return pool, booking
-
-    def _claim_refusal(self, pool_name: str, refused: BookingRefused) -> web.HTTPError:
-        """The sentence for a refused pool claim, by the service's ``reason``."""
-        reason = refused.details.get("reason")
-        if reason is None and refused.status in (401, 403, 404):
-            # a refused token, a wrong URL or a service without this route: an operator
-            # problem, not the user's
-            self.log.error("GPU start of %s refused by the service: %s", self._log_name, refused)
-            return booking_refusal(
-                SERVICE_UNAVAILABLE_MESSAGE, reason="gpu_booking_unavailable", status_code=503
-            )
-        if reason == "pool_unknown":
-            return booking_refusal(
-                f"The GPU pool '{pool_name}' of this server option is not offered by the "
-                "booking service; please tell your JupyterHub administrator.",
-                reason="gpu_pool_unknown",
-            )
-        pool = refused.details.get("pool")
-        label = gpu_label(pool) if isinstance(pool, dict) else pool_name
-        if reason == "not_booked":
-            self.log.info("No booking or grant for %s: %s", self._log_name, refused)
-            return booking_refusal(
-                f"You have no active {label} booking right now; book one at "
-                f"{self.booking_page_url} and start again.",
-                reason="gpu_not_booked",
-            )
-        if reason == "none_free":
-            self.log.info("No booking or grant for %s: %s", self._log_name, refused)
-            return booking_refusal(
-                f"You have no active {label} booking right now and none is free to use "
-                f"without one; book one at {self.booking_page_url} and start again.",
-                reason="gpu_not_booked",
-            )
-        if reason == "in_use":
-            holder = refused.details.get("server")
-            return booking_refusal(
-                f"Your {label} booking is already used by {server_text(holder)}."
-                if isinstance(holder, str)
-                else refused.message,
-                reason="gpu_booking_in_use",
-                status_code=409,
-            )
-        return booking_refusal(refused.message, reason="gpu_claim_refused")
 
     def _chosen_booking_id(self) -> int | None:
         """The booking the user picked in the chooser (several active in one pool), if any."""

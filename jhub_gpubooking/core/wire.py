@@ -24,6 +24,10 @@ from .timegrid import format_time, parse_time
 POOL_KEYS = tuple(field.name for field in dataclasses.fields(Pool))
 #: Keys the service adds to a pool's JSON, derived from the others (never read back).
 DERIVED_POOL_KEYS = ("total_gpus", "max_gpus_per_booking")
+#: The ``reason`` of a claim's 503 while the service has just started and has not compared
+#: the running servers and pods with its database yet: the client asks again after
+#: ``Retry-After`` (``service/claims.py`` answers it, ``client.py`` reads it).
+SERVICE_STARTING = "service_starting"
 
 
 def _plain(value: Any) -> Any:

@@ -349,7 +349,10 @@ class ClaimHandler(APIHandler):
     async def post(self, booking_id: str) -> None:
         server = self.server_name()
         booking = await self.readable_booking(booking_id)
-        await after_first_check(self.service)
+        try:
+            await after_first_check(self.service)
+        except PoolClaimRefused as starting:
+            raise refusal(starting.status, starting.message, starting.retry_after) from None
         is_running = holder_check(self.service, booking, asyncio.get_running_loop())
         claimed = await self.run_in_executor(
             self.store.claim, booking.id, server, is_running=is_running
@@ -384,6 +387,8 @@ class PoolClaimHandler(APIHandler):
                       "reason": refused.reason, "pool": pool_json(pool)}
             if refused.reason == IN_USE:
                 answer["server"] = refused.holder
+            if refused.retry_after is not None:
+                self.set_header("Retry-After", str(refused.retry_after))
             self.write_json(answer, refused.status)
             return
         self.write_json({"pool": pool_json(pool), "booking": self.booking_model(claimed)})

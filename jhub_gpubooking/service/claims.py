@@ -27,7 +27,7 @@ from ..core.choice import claim_order, current_bookings
 from ..core.errors import BookingError, Conflict
 from ..core.hub_servers import holder_in_use as server_in_use
 from ..core.model import Booking, Pool
-from ..core.wire import booking_to_json
+from ..core.wire import SERVICE_STARTING, booking_to_json
 from ..db.claims import claim_first
 from ..executor import in_executor
 from ..inventory import unplaceable_bookings
@@ -41,18 +41,33 @@ NONE_FREE = "none_free"  # no active booking, and nothing free for an opportunis
 IN_USE = "in_use"  # every active booking is held by another server that runs (or may run)
 POOL_UNKNOWN = "pool_unknown"
 UNUSABLE = "unusable"  # every active booking is on GPUs the pool no longer has (flagged)
+#: the service has just started and has not compared the running servers and pods with the
+#: database yet (503 with ``Retry-After``: ask again)
+STARTING = SERVICE_STARTING
+
+#: How long a claim waits for that first check before it is answered :data:`STARTING`: well
+#: under the spawner's request timeout (``booking_request_timeout``, 5 s by default), which
+#: would otherwise give up on an answer that is still coming and call the service down.
+CLAIM_FIRST_CHECK_SECONDS = 1.0
+#: ``Retry-After`` of a :data:`STARTING` answer, in seconds.
+STARTING_RETRY_AFTER_SECONDS = 2
+STARTING_MESSAGE = ("The GPU booking service has just started and is still checking the "
+                    "servers and pods that run on bookings; ask again in a few seconds.")
 
 
 class PoolClaimRefused(Exception):
     """A refused pool claim: HTTP ``status``, ``reason`` (one of the constants above), the
-    service's sentence, and for :data:`IN_USE` the server that holds the booking."""
+    service's sentence, for :data:`IN_USE` the server that holds the booking, and for
+    :data:`STARTING` the seconds to wait before asking again (``Retry-After``)."""
 
-    def __init__(self, status: int, reason: str, message: str, holder: str | None = None):
+    def __init__(self, status: int, reason: str, message: str, holder: str | None = None,
+                 retry_after: int | None = None):
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.message = message
         self.holder = holder
+        self.retry_after = retry_after
 
 
 async def holder_in_use(service: Any, booking: Booking, holder: str) -> bool | None:
@@ -70,10 +85,15 @@ async def after_first_check(service: Any) -> None:
     """Hold a claim made just after the service started until its first tick has compared the
     running servers and pods with the database (:meth:`.lifecycle.Lifecycle.after_first_check`):
     after a restore, a booking one of them runs on is unclaimed until then, and a claim would
-    put a second server on its GPUs."""
-    if not await service.lifecycle.after_first_check():
-        service.log.warning("A claim goes ahead before the first check of the running servers "
-                            "and pods finished; the next check puts right what it gets wrong")
+    put a second server on its GPUs.
+
+    The wait is short (:data:`CLAIM_FIRST_CHECK_SECONDS`); a check still running then (the
+    Kubernetes client loads for seconds on a busy hub) raises :class:`PoolClaimRefused` with
+    :data:`STARTING`, which the spawner answers by asking again. The lifecycle stops making
+    claims wait once the check has failed for ``FIRST_CHECK_WAIT_SECONDS``."""
+    if not await service.lifecycle.after_first_check(CLAIM_FIRST_CHECK_SECONDS):
+        raise PoolClaimRefused(503, STARTING, STARTING_MESSAGE,
+                               retry_after=STARTING_RETRY_AFTER_SECONDS)
 
 
 def holder_check(

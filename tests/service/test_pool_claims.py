@@ -18,11 +18,15 @@ from traitlets.config import Config
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.errors import Conflict
+from jhub_gpubooking.service import hub_servers
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.claims import (
     IN_USE,
     NONE_FREE,
     NOT_BOOKED,
+    STARTING,
+    STARTING_MESSAGE,
+    STARTING_RETRY_AFTER_SECONDS,
     UNUSABLE,
     PoolClaimRefused,
     claim_in_pool,
@@ -159,6 +163,63 @@ async def test_the_services_own_token_is_the_spawner_without_asking_the_hub(gate
         assert (await post("forged-token"))[0] == 403
         assert service.hub_tokens == ["user-token", "forged-token"]
     finally:
+        server.stop()
+
+
+async def test_a_claim_before_the_first_check_is_answered_starting_then_goes_through(
+        gate, monkeypatch):
+    """Just after the service started, a claim waits only briefly for the first check of the
+    running servers and pods (the spawner's request would time out on a longer wait and call
+    the service down): 503, reason ``service_starting``, Retry-After; nothing claimed. Once
+    the check has run, the same claim goes through. The older per-booking claim says the
+    same."""
+    service, _servers, _asked = gate
+    # begun five minutes ago: the lifecycle's ticks do not release it as a no-show
+    begun = NOW - timedelta(minutes=5)
+    service.clock.set(begun)
+    booked = service.store.create("ada", "a100", "1/4", begun, begun + timedelta(hours=2))
+    service.clock.set(NOW)
+    hub_up = [False]
+
+    async def listing(api_url, token):
+        if not hub_up[0]:
+            raise OSError("Connection refused")
+        return {}
+
+    # the Hub's list of running servers, which the first check needs, cannot be had yet
+    monkeypatch.setattr(hub_servers, "active_servers", listing)
+    sockets = bind_sockets(0, "127.0.0.1")
+    server = HTTPServer(service.tornado_app)
+    server.add_sockets(sockets)
+    api = f"http://127.0.0.1:{sockets[0].getsockname()[1]}{service.service_prefix}api/"
+
+    async def post(path: str) -> tuple[int, str | None, dict]:
+        body = {"server": "gpu"} if path.startswith("bookings/") else {"user": "ada", "server": "gpu"}
+        response = await AsyncHTTPClient().fetch(
+            api + path, method="POST", headers={"Authorization": "token service-token"},
+            body=json.dumps(body), raise_error=False)
+        return response.code, response.headers.get("Retry-After"), json.loads(response.body)
+
+    service.lifecycle.lifecycle_interval_seconds = 0.05
+    service.lifecycle.start()
+    try:
+        code, retry_after, answer = await post("pools/a100/claim")
+        assert (code, retry_after, answer["reason"]) == (
+            503, str(STARTING_RETRY_AFTER_SECONDS), STARTING)
+        assert answer["message"] == STARTING_MESSAGE
+        code, retry_after, answer = await post(f"bookings/{booked.id}/claim")
+        assert (code, retry_after, answer["message"]) == (
+            503, str(STARTING_RETRY_AFTER_SECONDS), STARTING_MESSAGE)
+        assert service.store.get(booked.id).server is None
+        assert [e.kind for e in service.store.history(booked.id)] == ["created"]
+
+        hub_up[0] = True
+        assert await service.lifecycle.after_first_check(5)
+        code, _retry_after, answer = await post("pools/a100/claim")
+        assert (code, answer["booking"]["id"], answer["booking"]["server"]) == (
+            200, booked.id, "gpu")
+    finally:
+        service.lifecycle.stop()
         server.stop()
 
 

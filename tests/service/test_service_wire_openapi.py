@@ -95,7 +95,7 @@ def test_every_reason_a_pool_claim_is_refused_for_is_documented():
     from jhub_gpubooking.service import claims
 
     reasons = {claims.NOT_BOOKED, claims.NONE_FREE, claims.IN_USE, claims.UNUSABLE,
-               claims.POOL_UNKNOWN}
+               claims.POOL_UNKNOWN, claims.STARTING}
     documented_reasons = OPENAPI["components"]["schemas"]["Error"]["properties"]["reason"]["enum"]
     assert set(documented_reasons) == reasons
 

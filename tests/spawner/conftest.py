@@ -31,6 +31,7 @@ from traitlets.config import Config
 
 from jhub_gpubooking.core.choice import claim_order, current_bookings
 from jhub_gpubooking.core.timegrid import format_time
+from jhub_gpubooking.core.wire import SERVICE_STARTING
 from jhub_gpubooking.spawner import GPUBookingSpawner
 
 SERVICE_TOKEN = "spawner-test-token"
@@ -111,6 +112,10 @@ class FakeBookingService:
         #: what a start without a booking gets: None (no opportunistic use), "none free", or
         #: the grant (a booking) the service hands out
         self.opportunistic: dict | str | None = None
+        #: how many claims to answer as a service that has just started (503, reason
+        #: service_starting, Retry-After ``starting_retry_after`` seconds) before the answer
+        self.starting = 0
+        self.starting_retry_after = "0.05"
         self.requests: list[tuple[str, str, dict | None]] = []
         self.url = ""
 
@@ -182,6 +187,10 @@ class PoolClaimHandler(FakeHandler):
     def post(self, pool_name: str) -> None:
         if self.service.pools is None:
             raise web.HTTPError(500, "database is down")
+        if self.service.starting:
+            self.service.starting -= 1
+            self.set_header("Retry-After", self.service.starting_retry_after)
+            return self.refuse(503, "The service has just started.", reason=SERVICE_STARTING)
         pool = next((p for p in self.service.pools if p["name"] == pool_name), None)
         if pool is None:
             return self.refuse(404, f"There is no GPU pool named {pool_name!r}.",

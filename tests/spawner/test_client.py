@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from jhub_gpubooking.client import BookingClient, BookingRefused, BookingServiceUnavailable
+from jhub_gpubooking.client import (
+    BookingClient,
+    BookingRefused,
+    BookingServiceStarting,
+    BookingServiceUnavailable,
+)
 
 
 def client_for(url: str, token: str = "spawner-test-token") -> BookingClient:
@@ -51,6 +56,20 @@ async def test_server_error_means_unavailable(booking_service):
     booking_service.pools = None
     with pytest.raises(BookingServiceUnavailable, match="HTTP 500"):
         await client_for(booking_service.url).pools()
+
+
+async def test_a_service_that_has_just_started_says_when_to_ask_again(booking_service):
+    booking_service.active = []
+    booking_service.starting = 1
+    with pytest.raises(BookingServiceStarting) as starting:
+        await client_for(booking_service.url).claim_in_pool("a100", "ada", "")
+    assert starting.value.retry_after == 0.05
+    # still an outage to whoever does not wait for it
+    assert isinstance(starting.value, BookingServiceUnavailable)
+    booking_service.starting, booking_service.starting_retry_after = 1, "soon"
+    with pytest.raises(BookingServiceUnavailable) as unavailable:
+        await client_for(booking_service.url).claim_in_pool("a100", "ada", "")
+    assert type(unavailable.value) is BookingServiceUnavailable  # no usable Retry-After
 
 
 async def test_closed_port_and_hanging_server_mean_unavailable(closed_port_url, hanging_url):

@@ -10,6 +10,7 @@ from jupyterhub.utils import format_exception
 from tornado import web
 
 from jhub_gpubooking.spawner import SERVICE_UNAVAILABLE_MESSAGE
+from jhub_gpubooking.start_refusals import SERVICE_STARTING_MESSAGE
 
 
 async def refusal_of(spawner) -> web.HTTPError:
@@ -160,6 +161,36 @@ async def test_server_errors_count_as_unreachable(make_spawner, booking_service)
 async def test_wrong_token_is_an_operator_problem_not_a_user_one(make_spawner, booking_service):
     error = await refusal_of(await make_spawner({"profile": "a100"}, booking_api_token="stale"))
     assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
+
+
+async def test_a_start_asks_again_while_the_service_has_just_started(
+    make_spawner, booking_service, make_booking
+):
+    """Right after the service started it answers claims 503 service_starting with a
+    Retry-After until its first check is done: the start asks again and gets the booking."""
+    booking_service.active = [make_booking(1)]
+    booking_service.starting = 2
+    spawner = await make_spawner({"profile": "a100"})
+    await spawner.load_user_options()
+    assert spawner._claimed_booking_id == 1
+    assert [path for path, _body in booking_service.claims] == [pool_claim()[0]] * 3
+
+
+async def test_a_service_still_starting_when_the_wait_is_up_refuses_with_that_reason(
+    make_spawner, booking_service, make_booking
+):
+    booking_service.active = [make_booking(1)]
+    booking_service.starting = 100
+    spawner = await make_spawner({"profile": "a100"}, booking_starting_timeout=0.3)
+    error = await refusal_of(spawner)
+    assert (error.status_code, shown_message(error)) == (503, SERVICE_STARTING_MESSAGE)
+    assert len(booking_service.claims) < 100  # it stopped asking
+    assert not has_gpu(spawner)
+    # 0: refused at the first such answer
+    booking_service.requests.clear()
+    spawner = await make_spawner({"profile": "a100"}, booking_starting_timeout=0)
+    assert shown_message(await refusal_of(spawner)) == SERVICE_STARTING_MESSAGE
+    assert len(booking_service.claims) == 1
 
 
 async def test_cpu_profile_starts_while_service_is_down(make_spawner, closed_port_url):
@@ -346,7 +377,7 @@ async def test_refusal_reaches_the_progress_stream(make_spawner, booking_service
 
 async def test_refusal_on_jupyterhub_5(make_spawner, booking_service, monkeypatch):
     """Without SpawnException (JupyterHub 5.5) the refusal is an HTTPError the Hub shows as is."""
-    monkeypatch.setattr("jhub_gpubooking.spawner.SpawnException", None)
+    monkeypatch.setattr("jhub_gpubooking.start_refusals.SpawnException", None)
     booking_service.pools[0] = {**booking_service.pools[0], "gpu_model": "A100 100%"}
     error = await refusal_of(await make_spawner({"profile": "a100"}))
     assert type(error) is web.HTTPError
