@@ -1,0 +1,61 @@
+"""End to end on the demo (real Hub, proxy, service, spawner, simulated cluster): a GPU start
+asked for right after the Hub (and with it the booking service) restarted, as users do when a
+z2jh upgrade has just restarted the hub pod.
+
+Until the service's first check has compared the running servers and pods with its bookings
+(it needs the Hub's API and the Kubernetes API, and loads the Kubernetes client first: seconds
+on a busy hub pod), it answers claims "just started" with ``Retry-After``; the spawner asks
+again and the server starts. Before, the claim waited inside the service for that check, the
+spawner's request timed out after ``booking_request_timeout`` and the start was refused with
+"The GPU booking service cannot be reached".
+
+Here the Kubernetes API is paused (SIGSTOP) across the restart, so the first check surely
+outlasts the spawner's request timeout (2 s in the e2e config), then resumed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from e2e_harness import SIGCONT, SIGSTOP, Driver, running_demo
+
+pytestmark = pytest.mark.e2e
+
+#: how long the Kubernetes API stays paused after the start is asked for: longer than a few
+#: of the service's Retry-After (2 s) and than the spawner's request timeout (2 s)
+PAUSED_SECONDS = 6
+WAIT_LINE = "waits 2 s for the booking service, which has just started"
+
+
+def test_a_gpu_start_right_after_the_hub_restarted_waits_for_the_services_first_check(tmp_path):
+    with running_demo(tmp_path / "restart-demo", profile="soak",
+                      gated_namespaces={"restart-lab": "dan"}) as driver:
+        demo = driver.demo
+        booking = driver.book("ada", "a100", 1, minutes=60)
+        cluster = demo.cluster.pid
+        os.kill(cluster, SIGSTOP)
+        try:
+            demo.restart_hub()
+            driver.close()
+            driver = Driver(demo)  # the old connections went to the Hub's old proxy
+            # the soak profile answers a start at once (202) and goes on in the background
+            response = driver.start_server("ada", "a100")
+            assert response.status_code in (201, 202), response.text
+            time.sleep(PAUSED_SECONDS)
+            model = driver.server_model("ada")
+            assert model is not None and model["pending"] == "spawn", model
+        finally:
+            os.kill(cluster, SIGCONT)
+        try:
+            driver.wait_ready("ada")
+            assert driver.get_booking(booking["id"])["server"] == ""
+            pod = driver.pods()["jupyter-ada"]
+            assert pod["metadata"]["labels"]["gpubooking.jupyter.org/booking-id"] == str(booking["id"])
+            hub_log = (demo.log_dir / "hub.log").read_text()
+            assert WAIT_LINE in hub_log
+            assert "cannot be reached" not in hub_log
+            driver.stop_server("ada")
+        finally:
+            driver.close()
