@@ -45,7 +45,7 @@ from .config_sections import move_options, moved_options
 from .email import EmailWarnings
 from .hub_servers import HubServers
 from .lifecycle import Lifecycle
-from .metrics import ServiceMetrics
+from .metrics import ServiceMetrics, access_log_level
 from .monitoring import GPUMonitoring
 from .opportunistic import Opportunistic
 from .pages import ReservationPage
@@ -432,11 +432,9 @@ class GPUBookingService(Application):
         seconds = handler.request.request_time()
         route = getattr(handler, "route_template", "") or type(handler).__name__
         self.metrics.observe_request(route, handler.request.method, status, seconds)
-        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
         # log the route template, not the path: secret feed tokens must not reach the logs
-        access_log.log(
-            level, "%d %s %s %.1fms", status, handler.request.method, route, seconds * 1e3
-        )
+        access_log.log(access_log_level(status), "%d %s %s %.1fms", status,
+                       handler.request.method, route, seconds * 1e3)
 
     def make_tornado_settings(self) -> dict:
         return {

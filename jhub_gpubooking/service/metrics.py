@@ -7,6 +7,7 @@ prometheus_client's global registry.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import datetime
 from fractions import Fraction
@@ -22,6 +23,15 @@ from prometheus_client import (
 )
 
 from ..core.model import Booking, BookingState
+
+
+def access_log_level(status: int) -> int:
+    """The level of a request's access-log line: errors for server errors only. A 503 is no
+    fault of the service's: it says when to come back (``Retry-After``: its database or the
+    Hub down, its first check after a start), expected in an outage and after every start."""
+    if status < 400:
+        return logging.INFO
+    return logging.ERROR if status >= 500 and status != 503 else logging.WARNING
 
 #: Buckets for the longer re-placement searches (up to ``exact_move_retry_seconds``, 10 s).
 SEARCH_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)

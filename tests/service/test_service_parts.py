@@ -3,6 +3,7 @@ the Application's traits and its refusal to start on a stale database."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.base import Principal, principal_from_model
 from jhub_gpubooking.service.feeds import bookings_calendar
 from jhub_gpubooking.service.flagged import flagged_routes
-from jhub_gpubooking.service.metrics import ServiceMetrics, booked_gpus_now
+from jhub_gpubooking.service.metrics import ServiceMetrics, access_log_level, booked_gpus_now
 from jhub_gpubooking.service.routes import service_routes, template_to_pattern
 from jhub_gpubooking.service.serialize import booking_json, pool_json
 
@@ -207,6 +208,13 @@ def test_requests_of_one_route_and_status_add_up():
             'route="api/bookings",status="201"} 1.0') in text
     assert ('gpubooking_request_duration_seconds_count{method="POST",route="api/bookings",'
             'status="201"} 3.0') in text
+
+
+def test_only_server_errors_that_do_not_say_when_to_come_back_are_logged_as_errors():
+    levels = {status: access_log_level(status) for status in (200, 201, 404, 409, 500, 503, 504)}
+    assert levels == {200: logging.INFO, 201: logging.INFO, 404: logging.WARNING,
+                      409: logging.WARNING, 500: logging.ERROR, 503: logging.WARNING,
+                      504: logging.ERROR}
 
 
 def test_longer_searches_are_counted_by_outcome_and_timed_when_they_ran():
