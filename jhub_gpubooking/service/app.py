@@ -20,7 +20,7 @@ from jupyterhub.services.auth import HubOAuth
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.httpserver import HTTPServer
-from tornado.log import access_log
+from tornado.log import LogFormatter
 from traitlets import Bool, Callable, Dict, Enum, Float, Instance, Integer, List, Unicode, Union, default, validate
 from traitlets.config import Application, Config, catch_config_error
 
@@ -45,7 +45,7 @@ from .config_sections import move_options, moved_options
 from .email import EmailWarnings
 from .hub_servers import HubServers
 from .lifecycle import Lifecycle
-from .metrics import ServiceMetrics, access_log_level
+from .metrics import ServiceMetrics
 from .monitoring import GPUMonitoring
 from .opportunistic import Opportunistic
 from .pages import ReservationPage
@@ -55,12 +55,14 @@ from .ratelimit import WriteRateLimiter
 from .removed_users import RemovedUsers
 from .routes import UnknownPathHandler, service_handlers
 from .startup import (
+    HUB_LOG_FORMAT,
     SHUTDOWN_SECONDS,
     finish_executor,
     freeze_startup_heap,
     hub_scopes_suffice,
     read_cookie_secret,
     wait_for_database,
+    with_package_loggers,
 )
 from .waitlist import Waitlist
 
@@ -342,6 +344,15 @@ class GPUBookingService(Application):
     def _default_log_level(self) -> int:
         return logging.INFO
 
+    _log_formatter_cls = LogFormatter  # tornado's, for the colours of the Hub's line format
+
+    @default("log_format")
+    def _default_log_format(self) -> str:
+        return HUB_LOG_FORMAT
+
+    def get_default_logging_config(self) -> dict:
+        return with_package_loggers(super().get_default_logging_config(), self.log_level)
+
     def _move_flat_options(self, config: Config) -> Config:
         """Options set under their old name (``c.GPUBookingService.<option>``, a renamed one)
         apply at their new place, with a deprecation warning (see config_sections)."""
@@ -426,16 +437,6 @@ class GPUBookingService(Application):
             cache_max_age=self.auth_cache_seconds,
         )
 
-    def log_request(self, handler: web.RequestHandler) -> None:
-        """Count every request for /metrics and write one access-log line."""
-        status = handler.get_status()
-        seconds = handler.request.request_time()
-        route = getattr(handler, "route_template", "") or type(handler).__name__
-        self.metrics.observe_request(route, handler.request.method, status, seconds)
-        # log the route template, not the path: secret feed tokens must not reach the logs
-        access_log.log(access_log_level(status), "%d %s %s %.1fms", status,
-                       handler.request.method, route, seconds * 1e3)
-
     def make_tornado_settings(self) -> dict:
         return {
             "store": self.store,
@@ -446,7 +447,7 @@ class GPUBookingService(Application):
             "executor": self.executor,
             "clock": self.clock,
             "cookie_secret": read_cookie_secret(self.cookie_secret_file),
-            "log_function": self.log_request,
+            "log_function": self.metrics.log_request,
             "default_handler_class": UnknownPathHandler,
             # HubOAuth checks '_xsrf' on cookie-authenticated writes itself; tornado's own
             # xsrf_cookies would also reject token-authenticated API calls

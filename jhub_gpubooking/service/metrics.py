@@ -21,17 +21,10 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from tornado.log import access_log
+from tornado.web import StaticFileHandler
 
 from ..core.model import Booking, BookingState
-
-
-def access_log_level(status: int) -> int:
-    """The level of a request's access-log line: errors for server errors only. A 503 is no
-    fault of the service's: it says when to come back (``Retry-After``: its database or the
-    Hub down, its first check after a start), expected in an outage and after every start."""
-    if status < 400:
-        return logging.INFO
-    return logging.ERROR if status >= 500 and status != 503 else logging.WARNING
 
 #: Buckets for the longer re-placement searches (up to ``exact_move_retry_seconds``, 10 s).
 SEARCH_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
@@ -46,6 +39,19 @@ def booked_gpus_now(bookings: Iterable[Booking], pools: Iterable[str], now: date
         if booking.state(now) is BookingState.ACTIVE and booking.pool in totals:
             totals[booking.pool] += Fraction(booking.amount)
     return {pool: float(amount) for pool, amount in totals.items()}
+
+
+def access_log_level(status: int, static: bool = False, seconds: float = 0.0) -> int:
+    """The level of a request's access-log line, as the Hub's (``jupyterhub.log``): a static
+    file served or not modified is debug unless it was slow (1 s or more); errors are server
+    errors only. A 503 is no fault of the service's: it says when to come back
+    (``Retry-After``: its database or the Hub down, its first check after a start), expected
+    in an outage and after every start."""
+    if (status == 304 or (static and status < 300)) and seconds < 1:
+        return logging.DEBUG
+    if status < 400:
+        return logging.INFO
+    return logging.ERROR if status >= 500 and status != 503 else logging.WARNING
 
 
 class ServiceMetrics:
@@ -181,6 +187,17 @@ class ServiceMetrics:
 
     def observe_server_stop(self) -> None:
         self.server_stops.inc()
+
+    def log_request(self, handler: Any) -> None:
+        """Tornado's ``log_function``: count every request for /metrics and write one access-log
+        line, of the route template rather than the path (secret feed tokens must not reach
+        the logs)."""
+        status, seconds = handler.get_status(), handler.request.request_time()
+        route = getattr(handler, "route_template", "") or type(handler).__name__
+        self.observe_request(route, handler.request.method, status, seconds)
+        level = access_log_level(status, isinstance(handler, StaticFileHandler), seconds)
+        access_log.log(level, "%d %s %s %.1fms", status, handler.request.method, route,
+                       seconds * 1e3)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         key = (route, method, status)

@@ -1,6 +1,6 @@
-"""What the service does before it serves and once it stops: it checks the database (waited
-for while unavailable) and its own Hub scopes, reads its cookie secret and freezes its start-up
-heap; at the end it gives database work in flight a moment to finish."""
+"""What the service does before it serves and once it stops: it sets up its log, checks the
+database (waited for while unavailable) and its own Hub scopes, reads its cookie secret and
+freezes its start-up heap; at the end it gives database work in flight a moment to finish."""
 
 from __future__ import annotations
 
@@ -36,6 +36,25 @@ HUB_SCOPE_CHECK_ATTEMPTS = 3
 SHUTDOWN_SECONDS = 1.0
 
 T = TypeVar("T")
+
+#: The Hub's own log line (``JupyterHub.log_format``): the service writes to the hub pod's log
+#: beside the Hub, so its lines carry the same level, time and source.
+HUB_LOG_FORMAT = ("%(color)s[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s "
+                  "%(module)s:%(lineno)d]%(end_color)s %(message)s")
+#: Loggers the service's console handler writes besides its own: the package's modules (the
+#: webhook's verdicts, the sweeps' deletions) and tornado's (the access log, handler errors).
+#: Without a handler of their own, Python drops their INFO lines and prints the rest bare.
+PACKAGE_LOGGERS = ("jhub_gpubooking", "tornado")
+
+
+def with_package_loggers(config: dict, level: int | str) -> dict:
+    """traitlets' default logging config (``Application.get_default_logging_config``) with
+    :data:`PACKAGE_LOGGERS` on its console handler at ``level``. They still propagate, so a
+    test's log capture sees them; in the service nothing above them has a handler."""
+    if "console" in config.get("handlers", {}):  # none under pythonw
+        for name in PACKAGE_LOGGERS:
+            config.setdefault("loggers", {})[name] = {"level": level, "handlers": ["console"]}
+    return config
 
 
 def wait_for_database(open_store: Callable[[], T], db_url: str, log: logging.Logger) -> T:

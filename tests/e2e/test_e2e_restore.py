@@ -206,6 +206,10 @@ def test_a_server_on_a_booking_the_backup_has_held_by_an_ended_pod_keeps_running
             response = post_pod_after_start(driver, "beside", dans["id"])
             assert response.status_code == 403, response.text
             assert "one booking admits one pod at a time" in response.json()["message"]
+            # the webhook's verdict is in the hub pod's log, on a line like the Hub's own
+            verdict = next(line for line in (demo.log_dir / "hub.log").read_text().splitlines()
+                           if f"Denied pod {LAB}/beside: " in line)
+            assert verdict.startswith("[I ") and " jhub_gpubooking.admission.server " in verdict
             driver.stop_server("dan")
         finally:
             driver.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -215,6 +216,33 @@ def test_only_server_errors_that_do_not_say_when_to_come_back_are_logged_as_erro
     assert levels == {200: logging.INFO, 201: logging.INFO, 404: logging.WARNING,
                       409: logging.WARNING, 500: logging.ERROR, 503: logging.WARNING,
                       504: logging.ERROR}
+    # as the Hub's: static files and "not modified" are debug, unless slow
+    assert access_log_level(200, static=True) == access_log_level(304) == logging.DEBUG
+    assert access_log_level(200, static=True, seconds=1.5) == logging.INFO
+    assert access_log_level(404, static=True) == logging.WARNING
+
+
+def test_the_service_logs_its_modules_and_tornado_on_the_hubs_line():
+    """Module loggers (the webhook's verdicts, the sweeps) and tornado's access log reach the
+    service's handler at its level, with the Hub's line format; before, Python dropped their
+    INFO lines and printed the rest bare."""
+    code = (
+        "import logging\n"
+        "from tornado.log import access_log\n"
+        "from jhub_gpubooking.service.app import GPUBookingService\n"
+        "app = GPUBookingService()\n"
+        "app.log.info('own line')\n"
+        "logging.getLogger('jhub_gpubooking.admission.server').info('Denied pod lab/p: no')\n"
+        "access_log.info('200 GET api/pools 1.0ms')\n"
+        "logging.getLogger('jhub_gpubooking.cluster.orphans').debug('hidden at INFO')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    lines = [re.sub(r"^\[(\w) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ", r"[\1 TIME ", line)
+             for line in done.stderr.splitlines()]
+    assert lines == ["[I TIME GPUBookingService <string>:5] own line",
+                     "[I TIME jhub_gpubooking.admission.server <string>:6] Denied pod lab/p: no",
+                     "[I TIME tornado.access <string>:7] 200 GET api/pools 1.0ms"]
 
 
 def test_longer_searches_are_counted_by_outcome_and_timed_when_they_ran():
