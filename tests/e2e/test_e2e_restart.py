@@ -55,7 +55,7 @@ def test_a_gpu_start_right_after_the_hub_restarted_waits_for_the_services_first_
             assert pod["metadata"]["labels"]["gpubooking.jupyter.org/booking-id"] == str(booking["id"])
             hub_log = (demo.log_dir / "hub.log").read_text()
             assert WAIT_LINE in hub_log
-            assert "cannot be reached" not in hub_log
+            assert "refused, service down" not in hub_log  # the spawner's line before the fix
             driver.stop_server("ada")
         finally:
             driver.close()
