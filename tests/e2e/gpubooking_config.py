@@ -28,7 +28,6 @@ if os.environ.get("E2E_PROFILE") == "soak":
     owners = dict(item.split("=") for item in os.environ["E2E_GATED_NAMESPACES"].split(","))
     c.AdmissionWebhook.webhook_namespaces = list(owners)
     c.AdmissionWebhook.namespace_owners = owners
-    c.AdmissionWebhook.webhook_deadline_grace_seconds = 0
     c.ClusterAccess.kubeconfig = os.path.join(os.environ["DEMO_STATE_DIR"], "kubeconfig")
     # a start pending when the walk restarts the Hub leaves a pod the Hub forgets: the sweep
     # deletes it at the first tick, before claims are taken (jhub_gpubooking.cluster.orphans);
