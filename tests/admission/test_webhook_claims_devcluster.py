@@ -171,8 +171,8 @@ async def test_without_list_on_pods_the_reconcile_reads_each_claimed_pod(
 
 async def test_claims_wait_for_the_first_check_after_the_service_starts(tmp_path):
     """After a restore a booking a pod runs on is back unclaimed until the first tick's check
-    of the admitted pods records its claim: until then a Hub server's claim waits, and a new
-    pod's review is refused, so neither runs beside the pod on its GPUs."""
+    of the admitted pods records its claim: until then a Hub server's claim is told to ask
+    again, and a new pod's review is refused, so neither runs beside the pod on its GPUs."""
     async with webhook_cluster(tmp_path, datetime.now(timezone.utc)) as (core, service):
         await _claims_wait_for_the_first_check(core, service)
 
@@ -180,6 +180,7 @@ async def test_claims_wait_for_the_first_check_after_the_service_starts(tmp_path
 async def _claims_wait_for_the_first_check(core, service) -> None:
     from jhub_gpubooking.admission.server import STARTING
     from jhub_gpubooking.service.claims import IN_USE, PoolClaimRefused, claim_in_pool
+    from jhub_gpubooking.service.claims import STARTING as STARTING_CLAIM
 
     store = service.store
     # the clock is the API server's here: the check compares the pod's creation with the booking's
@@ -203,17 +204,19 @@ async def _claims_wait_for_the_first_check(core, service) -> None:
     service.lifecycle.hub_servers.check = slow_check
     service.lifecycle.start()
     try:
-        claim = asyncio.ensure_future(
-            claim_in_pool(service, "alice", service.pool_objects["a100"], "gpu"))
-        await asyncio.sleep(0.5)
-        assert not claim.done() and store.get(booking.id).server is None
+        # a Hub server's claim meanwhile is told to ask again (the spawner does), not claimed
+        with pytest.raises(PoolClaimRefused) as starting:
+            await claim_in_pool(service, "alice", service.pool_objects["a100"], "gpu")
+        assert (starting.value.status, starting.value.reason) == (503, STARTING_CLAIM)
+        assert store.get(booking.id).server is None
         with pytest.raises(Exception) as refused:
             await core.create_namespaced_pod("alice-jobs", running_gpu_pod("second", gpus="2"))
         assert json.loads(refused.value.body)["message"].endswith(STARTING)
 
-        hub_answers.set()  # the check records the running pod's claim; then the claim goes on
+        hub_answers.set()  # the check records the running pod's claim; then claims go on
+        assert await service.lifecycle.after_first_check(10)
         with pytest.raises(PoolClaimRefused) as in_use:
-            await asyncio.wait_for(claim, 10)
+            await claim_in_pool(service, "alice", service.pool_objects["a100"], "gpu")
         assert in_use.value.reason == IN_USE
         assert store.get(booking.id).server == "pod:alice-jobs/kept"
     finally:
