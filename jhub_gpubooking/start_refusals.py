@@ -67,18 +67,13 @@ def claim_refusal(pool_name: str, refused: BookingRefused, booking_page_url: str
         )
     pool = refused.details.get("pool")
     label = gpu_label(pool) if isinstance(pool, dict) else pool_name
-    if reason == "not_booked":
+    if reason in ("not_booked", "none_free"):
         log.info("No booking or grant for %s: %s", log_name, refused)
+        # none_free: opportunistic use is on, but nothing is free for it now
+        none_free = " and none is free to use without one" if reason == "none_free" else ""
         return booking_refusal(
-            f"You have no active {label} booking right now; book one at "
+            f"You have no active {label} booking right now{none_free}; book one at "
             f"{booking_page_url} and start again.",
-            reason="gpu_not_booked",
-        )
-    if reason == "none_free":
-        log.info("No booking or grant for %s: %s", log_name, refused)
-        return booking_refusal(
-            f"You have no active {label} booking right now and none is free to use "
-            f"without one; book one at {booking_page_url} and start again.",
             reason="gpu_not_booked",
         )
     if reason == "in_use":
