@@ -22,6 +22,12 @@ c.GPUBookingService.pools = [
         "slices_per_gpu": 4,
         "backend": "hami",
         "nodes": {"gpu-a100-1": 4, "gpu-a100-2": 4},
+        # each GPU's UUID (`nvidia-smi -L`), so a booked share is pinned to the booked GPU
+        # (HAMi's nvidia.com/use-gpuuuid); the simulated cluster's GPUs are made up
+        "gpu_uuids": {
+            node: [f"GPU-{node[-1]}{index}a10000-0000-4000-8000-000000000000" for index in range(4)]
+            for node in ("gpu-a100-1", "gpu-a100-2")
+        },
     },
     {
         "name": "l4",

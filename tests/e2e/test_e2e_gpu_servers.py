@@ -36,6 +36,9 @@ def test_booked_gpu_server_gets_exactly_the_booked_share(driver):
     assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == node
     annotations = pod["metadata"]["annotations"]
     assert annotations["gpubooking.jupyter.org/booking-id"] == str(booking["id"])
+    # pinned to the booked GPU by its UUID (the demo's pool lists them, as nvidia-smi -L does)
+    [gpu] = booking["placement"]["gpus"]
+    assert annotations["nvidia.com/use-gpuuuid"] == f"GPU-{node[-1]}{gpu}a10000-0000-4000-8000-000000000000"
     assert annotations["gpubooking.jupyter.org/end"] == booking["end"]
     assert pod["metadata"]["labels"]["component"] == "singleuser-server"  # KubeSpawner's own, kept
     env = {item["name"]: item.get("value") for item in container["env"]}
