@@ -31,7 +31,7 @@ def test_the_service_refuses_to_start_when_its_role_lacks_scopes(tmp_path):
             env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
         )
     assert result.returncode == 2, result.stderr[-2000:]
-    [line] = [line for line in result.stderr.splitlines() if "CRITICAL" in line]
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("[C ")]  # critical
     assert line.endswith(
         "This service's Hub role lacks the scopes list:users, read:users:groups, read:servers, "
         "admin:server_state, delete:servers; grant them (see jhub_gpubooking.configure or "
