@@ -21,7 +21,7 @@ from jhub_gpubooking.core.lifecycle import ActionKind
 from jhub_gpubooking.core.model import Booking, MaintenanceWindow, Placement
 from jhub_gpubooking.db.endings import endings
 from jhub_gpubooking.db.removed_users import missing_users
-from jhub_gpubooking.service import hub_servers, lifecycle
+from jhub_gpubooking.service import lifecycle
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.email import warning_text
 from jhub_gpubooking.service.lifecycle_api import maintenance_notices, notices_json, report_csv
@@ -224,23 +224,10 @@ async def test_a_booking_extended_after_the_tick_listed_its_stop_keeps_its_serve
     assert calls == [("ada", "", "token service-token")]
 
 
-def hub_listing(monkeypatch, hub_up: list[bool]) -> None:
-    """The Hub's list of active servers: refused while ``hub_up[0]`` is False, else empty."""
-
-    async def listing(api_url, token):
-        if not hub_up[0]:
-            raise OSError("Connection refused")
-        return {}
-
-    monkeypatch.setattr(hub_servers, "active_servers", listing)
-
-
-async def test_claims_wait_for_a_first_tick_that_reached_the_hub(service, monkeypatch):
+async def test_claims_wait_for_a_first_tick_that_reached_the_hub(service, hub_up):
     """A first tick that could not list the Hub's servers (the Hub still starting) compared
     nothing: claims wait on for a tick that did, since after a restore a booking a server runs
     on looks unclaimed until then."""
-    hub_up = [False]
-    hub_listing(monkeypatch, hub_up)
     service.lifecycle.lifecycle_interval_seconds = 0.05
     service.lifecycle.start()
     try:
@@ -252,8 +239,7 @@ async def test_claims_wait_for_a_first_tick_that_reached_the_hub(service, monkey
 
 
 async def test_a_hub_that_stays_unreachable_holds_claims_only_so_long(service, monkeypatch,
-                                                                       caplog):
-    hub_listing(monkeypatch, [False])
+                                                                       caplog, hub_up):
     monkeypatch.setattr(lifecycle, "FIRST_CHECK_WAIT_SECONDS", 0.3)
     service.lifecycle.lifecycle_interval_seconds = 0.05
     service.lifecycle.start()

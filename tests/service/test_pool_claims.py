@@ -18,7 +18,6 @@ from traitlets.config import Config
 
 from jhub_gpubooking.core.clock import ManualClock
 from jhub_gpubooking.core.errors import Conflict
-from jhub_gpubooking.service import hub_servers
 from jhub_gpubooking.service.app import GPUBookingService
 from jhub_gpubooking.service.claims import (
     IN_USE,
@@ -167,7 +166,7 @@ async def test_the_services_own_token_is_the_spawner_without_asking_the_hub(gate
 
 
 async def test_a_claim_before_the_first_check_is_answered_starting_then_goes_through(
-        gate, monkeypatch):
+        gate, hub_up):
     """Just after the service started, a claim waits only briefly for the first check of the
     running servers and pods (the spawner's request would time out on a longer wait and call
     the service down): 503, reason ``service_starting``, Retry-After; nothing claimed. Once
@@ -179,15 +178,7 @@ async def test_a_claim_before_the_first_check_is_answered_starting_then_goes_thr
     service.clock.set(begun)
     booked = service.store.create("ada", "a100", "1/4", begun, begun + timedelta(hours=2))
     service.clock.set(NOW)
-    hub_up = [False]
-
-    async def listing(api_url, token):
-        if not hub_up[0]:
-            raise OSError("Connection refused")
-        return {}
-
-    # the Hub's list of running servers, which the first check needs, cannot be had yet
-    monkeypatch.setattr(hub_servers, "active_servers", listing)
+    # hub_up: the Hub's list of running servers, which the first check needs, cannot be had yet
     sockets = bind_sockets(0, "127.0.0.1")
     server = HTTPServer(service.tornado_app)
     server.add_sockets(sockets)
