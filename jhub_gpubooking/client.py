@@ -2,8 +2,9 @@
 token) and by a booked server's JupyterLab extension (with the server's own token).
 
 Every failure is one of two typed errors: the service could not answer
-(:class:`BookingServiceUnavailable`, the spawner fails closed) or it answered with a refusal
-(:class:`BookingRefused`, carrying the service's one-sentence message).
+(:class:`BookingServiceUnavailable`, the spawner fails closed; its ``retry_after`` says when
+asking again may help) or it answered with a refusal (:class:`BookingRefused`, carrying the
+service's one-sentence message).
 
 Built on aiohttp (a dependency already, through kubernetes_asyncio) rather than tornado's
 ``AsyncHTTPClient``, whose simple client opens a new connection for every request and resolves
@@ -58,8 +59,21 @@ async def _close_at_shutdown(loop: asyncio.AbstractEventLoop, session: aiohttp.C
         await session.close()
 
 
+#: Seconds before asking again a service no connection could be made to: one the Hub is
+#: starting (with itself, or again after a crash) listens within a few seconds.
+RECONNECT_SECONDS = 1.0
+
+
 class BookingServiceUnavailable(Exception):
-    """The service could not be reached, timed out, or answered with a server error."""
+    """The service could not be reached, timed out, or answered with a server error.
+
+    ``retry_after``: the seconds after which asking again may succeed (a 503's
+    ``Retry-After``: its database or the Hub could not answer), or None when asking again
+    soon is not expected to help (a 500, a wrong URL, a request that timed out)."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class BookingServiceStarting(BookingServiceUnavailable):
@@ -67,8 +81,15 @@ class BookingServiceStarting(BookingServiceUnavailable):
     :data:`SERVICE_STARTING`): ask again after ``retry_after`` seconds."""
 
     def __init__(self, message: str, retry_after: float):
-        super().__init__(message)
-        self.retry_after = retry_after
+        super().__init__(message, retry_after)
+
+
+class BookingServiceUnreachable(BookingServiceUnavailable):
+    """No connection could be made, or the service closed it unanswered: it is not listening
+    (being started or restarted). Ask again after :data:`RECONNECT_SECONDS`."""
+
+    def __init__(self, message: str):
+        super().__init__(message, RECONNECT_SECONDS)
 
 
 class BookingRefused(Exception):
@@ -156,8 +177,16 @@ class BookingClient:
                 # nothing was answered, so send once more on a new one (every request of this
                 # client is idempotent: a claim this server holds already is answered as is)
                 code, reason, payload, retry_after = await self._send(method, url, body)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError,
+                aiohttp.ServerDisconnectedError) as error:
+            # connection refused (nothing listens), no connection in connect_timeout, or
+            # closed again unanswered (a service shutting down)
+            raise BookingServiceUnreachable(
+                f"{method} {url}: {error or type(error).__name__}"
+            ) from error
         except (OSError, aiohttp.ClientError, asyncio.TimeoutError) as error:
-            # connection refused, DNS failure, timeout
+            # no whole answer within request_timeout (the request may still be working), or
+            # the connection broke mid-answer
             raise BookingServiceUnavailable(
                 f"{method} {url}: {error or type(error).__name__}"
             ) from error
@@ -165,7 +194,9 @@ class BookingClient:
             raise BookingServiceStarting(f"{method} {url}: HTTP 503, the service is starting",
                                          retry_after)
         if code >= 500:
-            raise BookingServiceUnavailable(f"{method} {url}: HTTP {code} {reason}")
+            # a 503's Retry-After: its database or the Hub cannot answer for now
+            raise BookingServiceUnavailable(f"{method} {url}: HTTP {code} {reason}",
+                                            retry_after if code == 503 else None)
         try:
             answer = json.loads(payload or b"null")
         except ValueError as error:

@@ -50,6 +50,7 @@ from .start_refusals import (
     claim_refusal,
     unavailable_refusal,
 )
+from .start_waits import StartWaits, ask_until_answered
 
 #: Key under which the claimed booking id survives Hub restarts in the spawner state; the
 #: service reads it (admin:server_state) to stop a server only for the booking it runs on.
@@ -67,6 +68,8 @@ class GPUBookingSpawner(KubeSpawner):
     _configured_traits: dict[str, Any] | None = None
     #: The refusal of the current start, repeated in the progress stream.
     _booking_refusal_message: str | None = None
+    #: The current start's waits for the booking service, shown in its progress stream
+    _start_waits: StartWaits | None = None
     _release_task: asyncio.Future | None = None
 
     booking_api_url = Unicode(
@@ -104,15 +107,20 @@ class GPUBookingSpawner(KubeSpawner):
         config=True,
         help="Seconds a whole request to the booking service may take before GPU starts are refused.",
     )
-    booking_starting_timeout = Float(
+    booking_request_retry_timeout = Float(
         45.0,
+        min=0,
         config=True,
         help="""
-        Seconds a GPU start waits for a booking service that has just started. Until the
-        service has compared the running servers and pods with its bookings (seconds after
-        each start; it stops making starts wait after 30 s), it answers a claim with 503 and
-        ``Retry-After``, and the spawner asks again until this time is up. Then the start is
-        refused with a sentence saying the service is starting. 0 refuses at once.
+        Seconds a GPU start keeps asking a booking service that cannot answer for now, as
+        KubeSpawner's ``k8s_api_request_retry_timeout`` does for the Kubernetes API. The
+        spawner asks again 1 s after no connection could be made (the Hub starts the service
+        with itself, and again after a crash), and after the ``Retry-After`` of a 503: the
+        service has just started and is comparing the running servers and pods with its
+        bookings (it stops making starts wait 30 s after its start), or its database or the
+        Hub cannot answer. The spawn page shows each wait. When the time is up the start is
+        refused with a sentence saying why. An error that asking again will not mend (a 500,
+        a refused token, a request that timed out) is refused at once; so is every one with 0.
         """,
     )
     booking_connect_timeout = Float(
@@ -295,6 +303,9 @@ class GPUBookingSpawner(KubeSpawner):
         except web.HTTPError as refusal:
             self._booking_refusal_message = getattr(refusal, "jupyterhub_message", None)
             raise
+        finally:
+            if self._start_waits is not None:
+                self._start_waits.settled.set()
 
     async def _load_checked_options(self) -> None:
         self._reset_booking_traits()
@@ -359,28 +370,23 @@ class GPUBookingSpawner(KubeSpawner):
             self.log.error("GPU start of %s refused: booking_api_url is not set", self._log_name)
             raise unavailable_refusal()
         client, chosen = self._booking_client(), self._chosen_booking_id()
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.booking_starting_timeout
-        while True:
-            try:
-                answer = await client.claim_in_pool(pool_name, self.user.name, self.name, chosen)
-                break
-            except BookingServiceStarting as starting:
-                # the service's first check after its start (seconds): ask again, as it says
-                if loop.time() + starting.retry_after > give_up:
-                    self.log.error("GPU start of %s refused, the service is still starting",
-                                   self._log_name)
-                    raise booking_refusal(SERVICE_STARTING_MESSAGE, status_code=503,
-                                          reason="gpu_booking_starting") from starting
-                self.log.info("GPU start of %s waits %g s for the booking service, which has "
-                              "just started", self._log_name, starting.retry_after)
-                await asyncio.sleep(starting.retry_after)
-            except BookingServiceUnavailable as error:
-                self.log.error("GPU start of %s refused, service down: %s", self._log_name, error)
-                raise unavailable_refusal() from error
-            except BookingRefused as refused:
-                raise claim_refusal(pool_name, refused, self.booking_page_url, self.log,
-                                    self._log_name) from refused
+        try:
+            answer = await ask_until_answered(
+                lambda: client.claim_in_pool(pool_name, self.user.name, self.name, chosen),
+                self.booking_request_retry_timeout,
+                self._show_claim_wait,
+            )
+        except BookingServiceStarting as starting:
+            self.log.error("GPU start of %s refused, the service is still starting",
+                           self._log_name)
+            raise booking_refusal(SERVICE_STARTING_MESSAGE, status_code=503,
+                                  reason="gpu_booking_starting") from starting
+        except BookingServiceUnavailable as error:
+            self.log.error("GPU start of %s refused, service down: %s", self._log_name, error)
+            raise unavailable_refusal() from error
+        except BookingRefused as refused:
+            raise claim_refusal(pool_name, refused, self.booking_page_url, self.log,
+                                self._log_name) from refused
         pool = pool_from_json(answer["pool"])
         booking = booking_from_json(answer["booking"], pool)
         self._claimed_booking_id = booking.id
@@ -389,6 +395,13 @@ class GPUBookingSpawner(KubeSpawner):
         self._booked_placement = (None if booking.placement is None
                                   else placement_state(booking.placement))
         return pool, booking
+
+    def _show_claim_wait(self, error: BookingServiceUnavailable, seconds: float) -> None:
+        """Log a wait for the service and show it on the spawn page (see :meth:`progress`)."""
+        self.log.info("GPU start of %s waits %g s for the booking service: %s", self._log_name,
+                      seconds, error)
+        if self._start_waits is not None:
+            self._start_waits.add(error, seconds)
 
     def _chosen_booking_id(self) -> int | None:
         """The booking the user picked in the chooser (several active in one pool), if any."""
@@ -468,6 +481,7 @@ class GPUBookingSpawner(KubeSpawner):
     # ---------------------------------------------------------------- lifecycle
 
     def start(self):
+        self._start_waits = StartWaits()
         start_future = super().start()
         start_future.add_done_callback(self._release_after_failed_start)
         return start_future
@@ -518,6 +532,10 @@ class GPUBookingSpawner(KubeSpawner):
         return await asyncio.shield(super()._start_reflector(*args, **kwargs))
 
     async def progress(self):
+        # the claim's waits come before the pod exists: then KubeSpawner's pod events
+        if self._start_waits is not None:
+            async for wait in self._start_waits.events(self._start_future):
+                yield wait
         async for event in super().progress():
             yield event
         if self._start_future is not None and not self._start_future.done():

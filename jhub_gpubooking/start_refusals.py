@@ -19,7 +19,7 @@ try:  # JupyterHub >= 6 has a dedicated exception for refused spawns
 except ImportError:  # JupyterHub 5.x
     SpawnException = None
 
-#: A start that waited ``booking_starting_timeout`` for a service that had just started.
+#: A start that waited ``booking_request_retry_timeout`` for a service that had just started.
 SERVICE_STARTING_MESSAGE = (
     "The GPU booking service has just started and is still checking which servers run on "
     "bookings, so GPU servers cannot start yet; start again in a minute. CPU profiles still work."

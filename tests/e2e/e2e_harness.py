@@ -8,6 +8,7 @@ the pods and API calls a cluster would accept, and that the singleuser server re
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -206,6 +207,24 @@ class Driver:
                 raise AssertionError(f"{user}/{server} stopped while starting (see e2e logs)")
             time.sleep(0.5)
         raise AssertionError(f"{user}/{server} not ready after {timeout:.0f} s")
+
+    def spawn_progress(self, user: str, server: str = "") -> list[dict] | None:
+        """The events of a start's progress stream, as the spawn page reads them, up to its
+        end (the last one ``ready`` or ``failed``); None when the Hub no longer knows the start
+        (it failed and was forgotten before the stream was asked for)."""
+        path = (f"users/{user}/servers/{server}/progress" if server
+                else f"users/{user}/server/progress")
+        events = []
+        with self.hub.stream("GET", path) as response:
+            if response.status_code == 400 and b"is not starting" in response.read():
+                return None
+            assert response.status_code == 200, response.read()
+            for line in response.iter_lines():
+                if line.startswith("data:"):
+                    events.append(json.loads(line[len("data:"):]))
+                    if events[-1].get("ready") or events[-1].get("failed"):
+                        break
+        return events
 
     def wait_stopped(self, user: str, server: str = "", timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout

@@ -4,19 +4,19 @@ stops that server at seeded steps for a few seconds, as a crash or a restart of 
 would, and starts it again.
 
 While it is down the walk checks what users meet, as test_e2e_database_outage.py does on one
-path: the API answers 503 in its JSON shape with ``Retry-After``; a GPU start is refused with the
-spawner's "cannot be reached" sentence, as is a GPU pod made outside the Hub (the admission
-webhook's sentence); a CPU server starts. Half the time the service is restarted meanwhile, as
-when the hub pod moves during an outage: the new process must wait for its database. When the
-server is back, the service answers again in the process that waited, and the invariants
-checked after the step (the outage counted as time nobody could stop a server, book a wait or
-release a claim) find nothing lost and nothing half done: bookings that ended meanwhile have
-their servers stopped, waits that fit are booked.
+path: the API answers 503 in its JSON shape with ``Retry-After``; a GPU start waits (the
+spawner asks again) and goes on once the database is back, or, when the outage outlasts its
+wait, is refused with the spawner's "cannot be reached" sentence; a GPU pod made outside the
+Hub is refused (the admission webhook's sentence); a CPU server starts. Half the time the
+service is restarted meanwhile, as when the hub pod moves during an outage: the new process
+must wait for its database. When the server is back, the service answers again in the process
+that waited, and the invariants checked after the step (the outage counted as time nobody
+could stop a server, book a wait or release a claim) find nothing lost and nothing half done:
+bookings that ended meanwhile have their servers stopped, waits that fit are booked.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Protocol
@@ -65,6 +65,8 @@ class DatabaseOutages:
         self.pods = 0
         #: the booking (request, headers) the last outage answered 503
         self.unanswered: tuple[dict, dict] | None = None
+        #: the server (user, name) of a GPU start asked during the outage, still going on
+        self.waiting_start: tuple[str, str] | None = None
 
     def outage(self) -> str:
         walk = self.walk
@@ -87,6 +89,9 @@ class DatabaseOutages:
             self.database.start()
         self.wait_until_back()
         walk.facts.outages[-1] = (down, now())
+        if self.waiting_start is not None:
+            met.append(self.gpu_start_outcome(*self.waiting_start))
+            self.waiting_start = None
         met.append(self.sent_again())
         if walk.driver.service_pid() != service:
             raise SoakFailure("the booking service exited during the database outage (the Hub "
@@ -112,7 +117,11 @@ class DatabaseOutages:
         walk.rng.shuffle(free)
         gpu = next((key for name, key in free if name == "gpu"), None)
         if gpu is not None:
-            met.append(self.gpu_start_refused(*gpu))
+            asked = self.gpu_start_asked(*gpu)
+            if isinstance(asked, tuple):
+                self.waiting_start = asked
+            else:
+                met.append(asked)
         cpu = next((key for name, key in free if name == "cpu" and key != gpu), None)
         if cpu is not None:
             met.append(self.cpu_start_served(*cpu))
@@ -147,45 +156,50 @@ class DatabaseOutages:
                 f"{what} while the database was down: {response.status_code} "
                 f"(Retry-After {response.headers.get('Retry-After')}) {response.text[:300]}")
 
-    def gpu_start_refused(self, user: str, name: str) -> str:
-        """A GPU start is refused with the sentence that says why: at once, or on the spawn
-        page, which reads the Hub's progress. The soak's Hub answers before the spawn ends: 202,
-        or on JupyterHub 6 201 for a spawn that failed meanwhile (no longer pending)."""
+    def gpu_start_asked(self, user: str, name: str) -> tuple[str, str] | str:
+        """Ask for a GPU start while the database is down. The soak's Hub answers before the
+        spawn ends (202; on JupyterHub 6 a 201 for a spawn that failed meanwhile): the start
+        is then ``(user, name)``, to be seen through once the database is back
+        (:meth:`gpu_start_outcome`). Else what the user met."""
         profile = self.walk.rng.choice(("a100", "l4"))
         response = self.walk.driver.start_server(user, profile, name)
         outcome = self.walk.answered(response, {201: "answered", 202: "requested",
                                                 400: "refused", 500: "refused", 503: "refused"})
         if outcome == "refused" and "pending stop" in response.text:
             return "GPU start: still stopping"
-        said = response.text if outcome == "refused" else self.spawn_failure(user, name)
+        if outcome == "refused":
+            # the spawner refuses at once only what asking again cannot mend
+            raise SoakFailure(f"GPU start of {user}/{name} while the database was down was "
+                              f"refused at once: {response.status_code} {response.text[:300]}")
+        return (user, name)
+
+    def gpu_start_outcome(self, user: str, name: str) -> str:
+        """The spawner asks a service whose database is down again until
+        ``booking_request_retry_timeout`` (20 s in the e2e config): a start asked during a
+        shorter outage goes on once the database is back (started on its booking, or refused
+        for a booking reason); one that outlasted it is refused with the sentence that says the
+        service cannot be reached. The invariants check what it left."""
+        said = self.spawn_failure(user, name)
         if said is None:
             # it failed, and the Hub forgot the failed start before the page asked why
             model = self.walk.driver.server_model(user, name)
             if model and (model.get("ready") or model.get("pending")):
-                raise SoakFailure(f"GPU start of {user}/{name} while the database was down: "
-                                  f"{response.status_code}, then {model}")
+                raise SoakFailure(f"GPU start of {user}/{name} asked during the outage is "
+                                  f"neither started nor failed: {model}")
             return "GPU start refused (its page gone)"
-        if SERVICE_UNAVAILABLE_MESSAGE not in said:
-            raise SoakFailure(f"GPU start of {user}/{name} while the database was down: "
-                              f"{response.status_code}, then {said[:300]!r}")
-        return "GPU start refused"
+        if not said:
+            return "GPU start waited the outage out"
+        if SERVICE_UNAVAILABLE_MESSAGE in said:
+            return "GPU start refused (the outage outlasted its wait)"
+        return f"GPU start refused after the outage ({said[:40]}…)"
 
     def spawn_failure(self, user: str, name: str) -> str | None:
         """What the spawn page says of a start that failed ("" if it got ready; None if the Hub
         no longer knows the start: it failed and was cleared before the page asked)."""
-        path = f"users/{user}/servers/{name}/progress" if name else f"users/{user}/server/progress"
-        with self.walk.driver.hub.stream("GET", path) as response:
-            if response.status_code == 400 and b"is not starting" in response.read():
-                return None
-            if response.status_code != 200:
-                return f"progress: {response.status_code} {response.read().decode()[:300]}"
-            for line in response.iter_lines():
-                event = json.loads(line[len("data:"):]) if line.startswith("data:") else {}
-                if event.get("failed"):
-                    return event.get("message", "")
-                if event.get("ready"):
-                    return ""
-        return ""
+        events = self.walk.driver.spawn_progress(user, name)
+        if events is None:
+            return None
+        return events[-1].get("message", "") if events and events[-1].get("failed") else ""
 
     def cpu_start_served(self, user: str, name: str) -> str:
         response = self.walk.driver.start_server(user, "cpu", name)

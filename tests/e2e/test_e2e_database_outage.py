@@ -1,14 +1,18 @@
 """The booking service's PostgreSQL goes down mid-run and comes back, under the real Hub, proxy,
 GPUBookingSpawner and simulated cluster.
 
-While it is down: the API answers 503 in its JSON error shape with ``Retry-After`` within 5 s,
-the Hub's spawner refuses GPU starts with its "cannot be reached" sentence while a CPU server
-starts, and the lifecycle loop keeps ticking. Within 5 s of the database being back, booking
-and GPU starts work again in the same service process, with no booking lost or duplicated.
+While it is down: the API answers 503 in its JSON error shape with ``Retry-After`` within 5 s;
+a GPU start waits, asking again after each ``Retry-After`` (the spawn page says why), and is
+refused with the spawner's "cannot be reached" sentence once ``booking_request_retry_timeout``
+(20 s in the e2e config) is up, while a CPU server starts; the lifecycle loop keeps ticking. A
+GPU start asked during the outage starts once the database is back. Within 5 s of the database
+being back, booking and GPU starts work again in the same service process, with no booking
+lost or duplicated.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import httpx
@@ -21,6 +25,11 @@ from jhub_gpubooking.service.base import RETRY_AFTER_SECONDS
 
 #: What the issue promises: no request waits longer, and recovery takes no longer.
 PROMISED_SECONDS = 5
+#: the spawn page's line while the spawner waits for the service's database
+WAIT_LINE = ("The GPU booking service cannot reach its database or the Hub right now; asking "
+             f"again in {RETRY_AFTER_SECONDS} s.")
+#: the spawner's line in the hub log for each such wait
+SPAWNER_WAIT = f"GPU start of erin waits {RETRY_AFTER_SECONDS} s for the booking service"
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +52,15 @@ def test_outage_refuses_quickly_gpu_only_and_recovers_without_losing_bookings(
     hub_log = driver.demo.log_dir / "hub.log"  # appended to by every run: read what is new
     start = hub_log.stat().st_size
 
-    def log_text() -> str:
+    def log_text(since: int = start) -> str:
         with open(hub_log, "rb") as log:
-            log.seek(start)
+            log.seek(since)
             return log.read().decode(errors="replace")
 
     skipped = "Lifecycle tick skipped, database unavailable"
     assert skipped not in log_text()
 
+    back_soon = None
     private_postgres.stop()
     try:
         # a client that gives up after the promised time: a hang fails the test
@@ -77,11 +87,19 @@ def test_outage_refuses_quickly_gpu_only_and_recovers_without_losing_bookings(
                 assert response.json() == {"status": 503, "message": DATABASE_UNAVAILABLE_MESSAGE}
                 assert response.headers["Retry-After"] == str(RETRY_AFTER_SECONDS)
 
+        # the Hub answers after its slow_spawn_timeout (10 s), the start going on; the spawn
+        # page then follows the spawner's waits to its refusal
         refused = driver.start_server("erin", "a100")
-        assert refused.status_code >= 400, refused.text
-        assert SERVICE_UNAVAILABLE_MESSAGE in refused.json()["message"]
+        assert refused.status_code == 202, refused.text
+        events = driver.spawn_progress("erin")
+        assert events is not None
+        assert WAIT_LINE in [event.get("message") for event in events]
+        assert events[-1]["failed"] and SERVICE_UNAVAILABLE_MESSAGE in events[-1]["message"]
         assert driver.server_model("erin") is None
 
+        # the Hub logs the traceback of a start that failed after it answered (tornado's
+        # with_timeout): the service's own must not be there from here on
+        refused_logged = hub_log.stat().st_size
         cpu = driver.start_server("erin", "cpu", server="notes")
         assert cpu.status_code in (201, 202), cpu.text
         driver.wait_ready("erin", "notes")
@@ -95,8 +113,23 @@ def test_outage_refuses_quickly_gpu_only_and_recovers_without_losing_bookings(
             time.sleep(0.5)
         else:
             pytest.fail("no lifecycle tick met the outage")
+        # asked during the outage, a start goes on once the database is back
+        waits_before = log_text().count(SPAWNER_WAIT)
+        back_soon = threading.Timer(3, private_postgres.start)
+        back_soon.start()
+        waited = driver.start_server("erin", "a100")
+        assert waited.status_code in (201, 202), waited.text
+        events = driver.spawn_progress("erin")  # ready at once if the Hub answered 201
+        assert events is not None and events[-1].get("ready"), events
+        assert log_text().count(SPAWNER_WAIT) > waits_before
+        assert driver.get_booking(booking["id"])["server"] == ""
+        driver.stop_server("erin")
     finally:
-        private_postgres.start()
+        if back_soon is not None:
+            back_soon.cancel()
+            back_soon.join()  # if it was starting the server already
+        if not private_postgres.running:
+            private_postgres.start()
 
     back = time.monotonic()
     while True:
@@ -122,4 +155,4 @@ def test_outage_refuses_quickly_gpu_only_and_recovers_without_losing_bookings(
     time.sleep(3)
     log = log_text()
     assert log.count(skipped) == skipped_after
-    assert "Lifecycle tick failed" not in log and "Traceback" not in log
+    assert "Lifecycle tick failed" not in log and "Traceback" not in log_text(refused_logged)

@@ -1,6 +1,7 @@
 """End to end on the demo (real Hub, proxy, service, spawner, simulated cluster): a GPU start
 asked for right after the Hub (and with it the booking service) restarted, as users do when a
-z2jh upgrade has just restarted the hub pod.
+z2jh upgrade has just restarted the hub pod; and one asked while the Hub starts a crashed
+service again.
 
 Until the service's first check has compared the running servers and pods with its bookings
 (it needs the Hub's API and the Kubernetes API, and loads the Kubernetes client first: seconds
@@ -16,6 +17,7 @@ outlasts the spawner's request timeout (2 s in the e2e config), then resumed.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import pytest
@@ -26,7 +28,10 @@ pytestmark = pytest.mark.e2e
 #: how long the Kubernetes API stays paused after the start is asked for: longer than a few
 #: of the service's Retry-After (2 s) and than the spawner's request timeout (2 s)
 PAUSED_SECONDS = 6
-WAIT_LINE = "waits 2 s for the booking service, which has just started"
+WAIT_LINE = "waits 2 s for the booking service: "
+#: the spawn page's line while nothing listens where the service should
+UNREACHABLE_WAIT = ("The GPU booking service is not answering (it may be restarting); asking "
+                    "again in 1 s.")
 
 
 def test_a_gpu_start_right_after_the_hub_restarted_waits_for_the_services_first_check(tmp_path):
@@ -63,3 +68,25 @@ def test_a_gpu_start_right_after_the_hub_restarted_waits_for_the_services_first_
             driver.stop_server("ada")
         finally:
             driver.close()
+
+
+def test_a_gpu_start_while_the_hub_restarts_a_crashed_service_waits_and_starts(tmp_path):
+    """The service is killed (an OOM kill, a crash); the Hub notices and starts it again (its
+    poll of the process: every second in the soak profile, 30 s by default). A GPU start asked
+    at once meets a closed port, then a service that has just started: the spawner asks again,
+    the spawn page says why it waits, and the server starts on its booking. Before, the start
+    was refused with "The GPU booking service cannot be reached"."""
+    with running_demo(tmp_path / "crash-demo", profile="soak",
+                      gated_namespaces={"crash-lab": "bob"}) as driver:
+        booking = driver.book("bob", "a100", 1, minutes=60)
+        killed = driver.signal_service(signal.SIGKILL)
+        response = driver.start_server("bob", "a100")
+        assert response.status_code == 202, response.text  # the soak profile answers at once
+        events = driver.spawn_progress("bob")
+        assert events is not None and events[-1].get("ready"), events
+        assert UNREACHABLE_WAIT in [event.get("message") for event in events]
+        assert driver.service_pid() != killed
+        assert driver.get_booking(booking["id"])["server"] == ""
+        pod = driver.pods()["jupyter-bob"]
+        assert pod["metadata"]["labels"]["gpubooking.jupyter.org/booking-id"] == str(booking["id"])
+        driver.stop_server("bob")

@@ -32,6 +32,7 @@ from traitlets.config import Config
 from jhub_gpubooking.core.choice import claim_order, current_bookings
 from jhub_gpubooking.core.timegrid import format_time
 from jhub_gpubooking.core.wire import SERVICE_STARTING
+from jhub_gpubooking.db.session import DATABASE_UNAVAILABLE_MESSAGE
 from jhub_gpubooking.spawner import GPUBookingSpawner
 
 SERVICE_TOKEN = "spawner-test-token"
@@ -116,6 +117,9 @@ class FakeBookingService:
         #: service_starting, Retry-After ``starting_retry_after`` seconds) before the answer
         self.starting = 0
         self.starting_retry_after = "0.05"
+        #: how many claims to answer as a service whose database is down (503 with
+        #: Retry-After ``starting_retry_after`` seconds, no reason) before the answer
+        self.database_down = 0
         self.requests: list[tuple[str, str, dict | None]] = []
         self.url = ""
 
@@ -191,6 +195,10 @@ class PoolClaimHandler(FakeHandler):
             self.service.starting -= 1
             self.set_header("Retry-After", self.service.starting_retry_after)
             return self.refuse(503, "The service has just started.", reason=SERVICE_STARTING)
+        if self.service.database_down:
+            self.service.database_down -= 1
+            self.set_header("Retry-After", self.service.starting_retry_after)
+            return self.refuse(503, DATABASE_UNAVAILABLE_MESSAGE)
         pool = next((p for p in self.service.pools if p["name"] == pool_name), None)
         if pool is None:
             return self.refuse(404, f"There is no GPU pool named {pool_name!r}.",

@@ -223,7 +223,7 @@ def test_every_own_option_has_help():
     own = set(GPUBookingSpawner.class_own_traits(config=True))
     assert own == {
         "booking_api_url", "booking_api_token", "booking_page_url", "booking_service_name",
-        "booking_request_timeout", "booking_connect_timeout", "booking_starting_timeout",
+        "booking_request_timeout", "booking_connect_timeout", "booking_request_retry_timeout",
         "pod_deadline_seconds",
         "booked_priority_class_name", "opportunistic_priority_class_name", "gpu_backends",
     }

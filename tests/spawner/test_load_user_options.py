@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from jupyterhub.utils import format_exception
 from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
 
 from jhub_gpubooking.spawner import SERVICE_UNAVAILABLE_MESSAGE
 from jhub_gpubooking.start_refusals import SERVICE_STARTING_MESSAGE
+from jhub_gpubooking.start_waits import StartWaits
 
 
 async def refusal_of(spawner) -> web.HTTPError:
@@ -23,6 +27,10 @@ def shown_message(error: web.HTTPError) -> str:
     """What the Hub shows in the progress stream and on the spawn-pending page."""
     message, _html = format_exception(error)
     return message
+
+
+async def collected(events) -> list[dict]:
+    return [event async for event in events]
 
 
 def has_gpu(spawner) -> bool:
@@ -139,23 +147,100 @@ async def test_restart_with_saved_options_after_booking_is_gone(
 
 
 async def test_closed_port_refuses_gpu_profiles(make_spawner, closed_port_url):
-    error = await refusal_of(await make_spawner({"profile": "a100"}, api_url=closed_port_url))
+    spawner = await make_spawner({"profile": "a100"}, api_url=closed_port_url,
+                                 booking_request_retry_timeout=0)
+    error = await refusal_of(spawner)
     assert error.status_code == 503
     assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
 
 
+async def test_a_closed_port_is_asked_again_until_the_retry_time_is_up(
+    make_spawner, closed_port_url
+):
+    """Nothing listening is a service being (re)started: asked again every second."""
+    spawner = await make_spawner({"profile": "a100"}, api_url=closed_port_url,
+                                 booking_request_retry_timeout=1.5)
+    spawner._start_waits = StartWaits()  # as start() makes it
+    error = await refusal_of(spawner)
+    assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
+    # one wait of 1 s (a second would end after 1.5 s): then refused
+    assert [event async for event in spawner._start_waits.events(None)] == [
+        {"message": "The GPU booking service is not answering (it may be restarting); "
+                    "asking again in 1 s."}
+    ]
+
+
+async def test_a_start_waits_for_a_service_that_begins_to_listen(
+    make_spawner, booking_service, make_booking
+):
+    """The Hub restarts a crashed service: the start asked meanwhile gets its booking once the
+    service listens again, and the spawn page's progress stream said what it waited for."""
+    booking_service.active = [make_booking(1)]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens on port until the "restarted" service does
+    spawner = await make_spawner({"profile": "a100"},
+                                 api_url=f"http://127.0.0.1:{port}/services/gpu-booking/")
+    spawner.events_enabled = False  # no Kubernetes here: progress is the claim's waits
+    spawner._start_waits = StartWaits()
+    spawner._start_future = asyncio.ensure_future(spawner.load_user_options())
+    progress = asyncio.ensure_future(collected(spawner.progress()))
+    await asyncio.sleep(1.2)  # the first attempt was refused, the second too
+    server = HTTPServer(booking_service.application())
+    server.add_sockets(bind_sockets(port, "127.0.0.1"))
+    try:
+        await spawner._start_future
+        assert spawner._claimed_booking_id == 1
+        assert has_gpu(spawner)
+        waits = await progress
+        assert len(waits) >= 2
+        assert all(wait == {"message": "The GPU booking service is not answering (it may be "
+                                       "restarting); asking again in 1 s."} for wait in waits)
+        assert booking_service.claims == [pool_claim()]
+    finally:
+        server.stop()
+        await server.close_all_connections()
+
+
+async def test_a_start_waits_out_a_database_outage(make_spawner, booking_service, make_booking):
+    """The service answers 503 with Retry-After while its database is down: the start asks
+    again after it, and the spawn page says why it waits."""
+    booking_service.active = [make_booking(1)]
+    booking_service.database_down = 2
+    spawner = await make_spawner({"profile": "a100"})
+    spawner._start_waits = StartWaits()
+    await spawner.load_user_options()
+    assert spawner._claimed_booking_id == 1
+    assert [event async for event in spawner._start_waits.events(None)] == [
+        {"message": "The GPU booking service cannot reach its database or the Hub right now; "
+                    "asking again in 0.05 s."}
+    ] * 2
+    assert [path for path, _body in booking_service.claims] == [pool_claim()[0]] * 3
+    # an outage that outlasts the retry time is refused, as an unreachable service is
+    booking_service.database_down = 100
+    booking_service.requests.clear()
+    spawner = await make_spawner({"profile": "a100"}, booking_request_retry_timeout=0.3)
+    assert shown_message(await refusal_of(spawner)) == SERVICE_UNAVAILABLE_MESSAGE
+    assert 1 < len(booking_service.claims) < 100
+
+
 async def test_hanging_service_times_out_and_refuses(make_spawner, hanging_url):
+    """A request that timed out is not sent again: the service may be busy with it."""
     spawner = await make_spawner(
         {"profile": "a100"}, api_url=hanging_url, booking_request_timeout=0.5
     )
+    spawner._start_waits = StartWaits()
     error = await refusal_of(spawner)
     assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
+    assert [event async for event in spawner._start_waits.events(None)] == []
 
 
 async def test_server_errors_count_as_unreachable(make_spawner, booking_service):
     booking_service.pools = None  # the fake then fails with a 500
     error = await refusal_of(await make_spawner({"profile": "a100"}))
     assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
+    assert len(booking_service.claims) == 1  # a bug in the service is not asked again
 
 
 async def test_wrong_token_is_an_operator_problem_not_a_user_one(make_spawner, booking_service):
@@ -181,14 +266,14 @@ async def test_a_service_still_starting_when_the_wait_is_up_refuses_with_that_re
 ):
     booking_service.active = [make_booking(1)]
     booking_service.starting = 100
-    spawner = await make_spawner({"profile": "a100"}, booking_starting_timeout=0.3)
+    spawner = await make_spawner({"profile": "a100"}, booking_request_retry_timeout=0.3)
     error = await refusal_of(spawner)
     assert (error.status_code, shown_message(error)) == (503, SERVICE_STARTING_MESSAGE)
     assert len(booking_service.claims) < 100  # it stopped asking
     assert not has_gpu(spawner)
     # 0: refused at the first such answer
     booking_service.requests.clear()
-    spawner = await make_spawner({"profile": "a100"}, booking_starting_timeout=0)
+    spawner = await make_spawner({"profile": "a100"}, booking_request_retry_timeout=0)
     assert shown_message(await refusal_of(spawner)) == SERVICE_STARTING_MESSAGE
     assert len(booking_service.claims) == 1
 
