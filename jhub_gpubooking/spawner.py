@@ -121,6 +121,8 @@ class GPUBookingSpawner(KubeSpawner):
         Hub cannot answer. The spawn page shows each wait. When the time is up the start is
         refused with a sentence saying why. An error that asking again will not mend (a 500,
         a refused token, a request that timed out) is refused at once; so is every one with 0.
+        The wait counts in the Hub's ``Spawner.start_timeout`` (z2jh's
+        ``singleuser.startTimeout``, 300 s), so keep it well below that.
         """,
     )
     booking_connect_timeout = Float(

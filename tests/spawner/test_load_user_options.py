@@ -225,6 +225,31 @@ async def test_a_start_waits_out_a_database_outage(make_spawner, booking_service
     assert 1 < len(booking_service.claims) < 100
 
 
+async def test_a_start_cancelled_while_it_waits_claims_nothing(
+    make_spawner, booking_service, make_booking
+):
+    """The user stops a start that waits for the service (the spawn page's Cancel): the wait
+    ends at once, nothing is claimed later, and the progress stream ends."""
+    booking_service.active = [make_booking(1)]
+    booking_service.database_down, booking_service.starting_retry_after = 100, "0.2"
+    spawner = await make_spawner({"profile": "a100"})
+    spawner._start_waits = StartWaits()
+    spawner._start_future = asyncio.ensure_future(spawner.load_user_options())
+    while not await collected(spawner._start_waits.events(None)):
+        await asyncio.sleep(0.05)  # until the first wait began
+    spawner._start_future.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await spawner._start_future
+    asked = len(booking_service.claims)
+    booking_service.database_down = 0
+    await asyncio.sleep(0.4)  # past the next Retry-After
+    assert len(booking_service.claims) == asked
+    assert spawner._claimed_booking_id is None
+    assert booking_service.active[0]["server"] is None
+    assert spawner._start_waits.settled.is_set()
+    assert len(await collected(spawner._start_waits.events(spawner._start_future))) == asked
+
+
 async def test_hanging_service_times_out_and_refuses(make_spawner, hanging_url):
     """A request that timed out is not sent again: the service may be busy with it."""
     spawner = await make_spawner(
