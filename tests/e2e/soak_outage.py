@@ -175,10 +175,10 @@ class DatabaseOutages:
 
     def gpu_start_outcome(self, user: str, name: str) -> str:
         """The spawner asks a service whose database is down again until
-        ``booking_request_retry_timeout`` (20 s in the e2e config): a start asked during a
-        shorter outage goes on once the database is back (started on its booking, or refused
-        for a booking reason); one that outlasted it is refused with the sentence that says the
-        service cannot be reached. The invariants check what it left."""
+        ``booking_request_retry_timeout`` (the default 45 s in the soak profile): a start asked
+        during a shorter outage goes on once the database is back (started on its booking, or
+        refused for a booking reason); one that outlasted it is refused with the sentence that
+        says the service cannot be reached. The invariants check what it left."""
         said = self.spawn_failure(user, name)
         if said is None:
             # it failed, and the Hub forgot the failed start before the page asked why
