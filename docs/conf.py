@@ -75,6 +75,10 @@ SCREENSHOTS = {
         "jupyterlab.png",
         "JupyterLab running on the booked GPU share, started from the A100 profile.",
     ),
+    "spawn_waits_screenshot": (
+        "spawn-waits.png",
+        "The spawn page while a GPU start waits for a booking service the Hub is restarting.",
+    ),
     "jupyterlab_booking_screenshot": (
         "jupyterlab-booking.png",
         "Inside JupyterLab: the booking's share and time left in the status bar, and the warning "

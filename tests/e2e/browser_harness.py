@@ -37,6 +37,8 @@ def page():
         browser.close()
 
 
-def screenshot(page, name: str) -> None:
+def screenshot(page, name: str, height: int | None = None) -> None:
+    """The whole page, or its top ``height`` pixels (a page that is mostly empty)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    clip = None if height is None else {"x": 0, "y": 0, "width": 1280, "height": height}
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=clip is None, clip=clip)

@@ -41,7 +41,7 @@ def test_the_spawn_page_says_a_start_waits_for_a_crashed_service(tmp_path, page)
         page.wait_for_url(f"{hub}/hub/spawn-pending/cho**")
         page.click("#progress-details summary")  # the page's "Event log"
         page.locator("#progress-log", has_text=UNREACHABLE_WAIT).wait_for(timeout=30_000)
-        screenshot(page, "spawn-waits")
+        screenshot(page, "spawn-waits", height=400)
         page.wait_for_url(f"{hub}/user/cho/lab**", timeout=120_000)
         page.locator(".jp-Launcher").first.wait_for(timeout=90_000)
 
