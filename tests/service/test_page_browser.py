@@ -395,3 +395,34 @@ def test_a_booking_sent_again_after_its_answer_was_lost_is_made_once(hub, contex
     page.locator("#gb-form-feedback.alert-success").wait_for()
     again = [b for b in api_bookings(hub, "ada").values() if b["note"] == "answer lost"]
     assert again == made  # the booking the first click made, not a second one
+
+
+def test_a_service_the_proxy_cannot_reach_is_said_so_and_trying_again_books_once(hub, context):
+    """While the service restarts (after a crash, until the Hub starts it again) the Hub's proxy
+    answers the page's requests itself: a 503 error page, not the service's JSON. The page says
+    the service is not answering and to try again (reloading would show that error page), and
+    trying again books once."""
+    page = open_page(context, hub, "ada")
+    start, end = windows.next()
+    fill_booking_form(page, "a100", "1 GPU", start, end, note="proxy 503")
+    answered: list[int] = []
+
+    def proxy_error_first(route):
+        if route.request.method != "POST" or answered:
+            route.continue_()
+            return
+        answered.append(503)
+        route.fulfill(status=503, content_type="text/html",
+                      body="<html><body><h1>503 : Service Unavailable</h1></body></html>")
+
+    page.route(re.compile(r".*/api/bookings$"), proxy_error_first)
+    page.click("#gb-book-button")
+    alert = page.locator("#gb-form-feedback.alert-danger")
+    alert.wait_for()
+    assert alert.inner_text() == ("The booking service is not answering right now (it may be "
+                                  "restarting); try again in a few seconds.")
+    assert not [b for b in api_bookings(hub, "ada").values() if b["note"] == "proxy 503"]
+
+    page.click("#gb-book-button")
+    page.locator("#gb-form-feedback.alert-success").wait_for()
+    assert len([b for b in api_bookings(hub, "ada").values() if b["note"] == "proxy 503"]) == 1

@@ -53,13 +53,20 @@ export async function api(method, path, body, moreHeaders = {}) {
   }
   const payload = await response.json().catch(() => null);
   if (!response.ok) {
-    const message = payload && payload.message
-      ? serverSentence(payload.message)
-      : `The booking service answered ${response.status} ${response.statusText}; please reload the page.`;
+    let message = `The booking service answered ${response.status} ${response.statusText}; please reload the page.`;
+    if (payload && payload.message) message = serverSentence(payload.message);
+    else if (PROXY_GAVE_UP.has(response.status)) message = NOT_ANSWERING;
     throw new ApiError(response.status, message, payload);
   }
   return payload;
 }
+
+/** Statuses of an answer that is not the service's own JSON error: the Hub's proxy answers
+ * them (its error page) while the service is down or restarting, as after a crash, until the
+ * Hub has started it again. Reloading would show that error page instead of this one. */
+const PROXY_GAVE_UP = new Set([502, 503, 504]);
+const NOT_ANSWERING =
+  "The booking service is not answering right now (it may be restarting); try again in a few seconds.";
 
 /** Idempotency-Keys of the creates whose answer never came, by what they asked. */
 const unanswered = new Map();
