@@ -80,6 +80,11 @@ def test_a_gpu_start_while_the_hub_restarts_a_crashed_service_waits_and_starts(t
                       gated_namespaces={"crash-lab": "bob"}) as driver:
         booking = driver.book("bob", "a100", 1, minutes=60)
         killed = driver.signal_service(signal.SIGKILL)
+        # meanwhile the Hub's proxy answers for the service with the Hub's error page, which
+        # the reservation page tells from the service's own JSON errors (common.js)
+        proxied = driver.booking.get("pools")
+        assert (proxied.status_code, proxied.headers["content-type"].split(";")[0]) == (
+            503, "text/html")
         response = driver.start_server("bob", "a100")
         assert response.status_code == 202, response.text  # the soak profile answers at once
         events = driver.spawn_progress("bob")
