@@ -59,8 +59,8 @@ async def _close_at_shutdown(loop: asyncio.AbstractEventLoop, session: aiohttp.C
         await session.close()
 
 
-#: Seconds before asking again a service no connection could be made to: one the Hub is
-#: starting (with itself, or again after a crash) listens within a few seconds.
+#: Seconds before asking again a service that did not answer: one the Hub is starting (with
+#: itself, or again after a crash) listens within a few seconds.
 RECONNECT_SECONDS = 1.0
 
 
@@ -68,8 +68,8 @@ class BookingServiceUnavailable(Exception):
     """The service could not be reached, timed out, or answered with a server error.
 
     ``retry_after``: the seconds after which asking again may succeed (a 503's
-    ``Retry-After``: its database or the Hub could not answer), or None when asking again
-    soon is not expected to help (a 500, a wrong URL, a request that timed out)."""
+    ``Retry-After``: its database or the Hub could not answer; no answer at all), or None
+    when asking again soon is not expected to help (a 500, an answer that is not JSON)."""
 
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
@@ -85,8 +85,11 @@ class BookingServiceStarting(BookingServiceUnavailable):
 
 
 class BookingServiceUnreachable(BookingServiceUnavailable):
-    """No connection could be made, or the service closed it unanswered: it is not listening
-    (being started or restarted). Ask again after :data:`RECONNECT_SECONDS`."""
+    """No answer: no connection could be made (nothing listens: the service is being started
+    or restarted), none came within the timeouts (a service busy starting, or waiting on its
+    database), or the connection closed unanswered. Every request of this client can be sent
+    again (a claim the server holds already is answered as is): ask again after
+    :data:`RECONNECT_SECONDS`."""
 
     def __init__(self, message: str):
         super().__init__(message, RECONNECT_SECONDS)
@@ -177,18 +180,11 @@ class BookingClient:
                 # nothing was answered, so send once more on a new one (every request of this
                 # client is idempotent: a claim this server holds already is answered as is)
                 code, reason, payload, retry_after = await self._send(method, url, body)
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError,
-                aiohttp.ServerDisconnectedError) as error:
-            # connection refused (nothing listens), no connection in connect_timeout, or
-            # closed again unanswered (a service shutting down)
-            raise BookingServiceUnreachable(
-                f"{method} {url}: {error or type(error).__name__}"
-            ) from error
         except (OSError, aiohttp.ClientError, asyncio.TimeoutError) as error:
-            # no whole answer within request_timeout (the request may still be working), or
-            # the connection broke mid-answer
-            raise BookingServiceUnavailable(
-                f"{method} {url}: {error or type(error).__name__}"
+            # connection refused (nothing listens), no connection within connect_timeout, no
+            # whole answer within request_timeout, the connection closed unanswered
+            raise BookingServiceUnreachable(
+                f"{method} {url}: {str(error) or type(error).__name__}"
             ) from error
         if code == 503 and retry_after is not None and _reason(payload) == SERVICE_STARTING:
             raise BookingServiceStarting(f"{method} {url}: HTTP 503, the service is starting",

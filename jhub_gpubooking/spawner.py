@@ -114,13 +114,14 @@ class GPUBookingSpawner(KubeSpawner):
         help="""
         Seconds a GPU start keeps asking a booking service that cannot answer for now, as
         KubeSpawner's ``k8s_api_request_retry_timeout`` does for the Kubernetes API. The
-        spawner asks again 1 s after no connection could be made (the Hub starts the service
-        with itself, and again after a crash), and after the ``Retry-After`` of a 503: the
+        spawner asks again 1 s after no answer came (nothing listens: the Hub starts the
+        service with itself, and again after a crash; or none within ``booking_connect_timeout``
+        / ``booking_request_timeout``), and after the ``Retry-After`` of a 503: the
         service has just started and is comparing the running servers and pods with its
         bookings (it stops making starts wait 30 s after its start), or its database or the
         Hub cannot answer. The spawn page shows each wait. When the time is up the start is
         refused with a sentence saying why. An error that asking again will not mend (a 500,
-        a refused token, a request that timed out) is refused at once; so is every one with 0.
+        a refused token, a wrong URL) is refused at once; so is every one with 0.
         The wait counts in the Hub's ``Spawner.start_timeout`` (z2jh's
         ``singleuser.startTimeout``, 300 s), so keep it well below that.
         """,

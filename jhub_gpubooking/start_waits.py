@@ -2,8 +2,9 @@
 
 A claim can fail although asking again seconds later would succeed:
 
-- nothing listens: the Hub starts the service with itself, and again after it crashed (the
-  client's :class:`~jhub_gpubooking.client.BookingServiceUnreachable`);
+- no answer: nothing listens (the Hub starts the service with itself, and again after it
+  crashed), or none came within the spawner's timeouts (a service busy starting, or waiting
+  on its database: the client's :class:`~jhub_gpubooking.client.BookingServiceUnreachable`);
 - the service has just started and is still comparing the running servers and pods with its
   bookings (503 ``service_starting`` with ``Retry-After``);
 - its database or the Hub cannot answer (503 with ``Retry-After``: a database restart or
@@ -12,9 +13,8 @@ A claim can fail although asking again seconds later would succeed:
 Like KubeSpawner, which sends a failed Kubernetes API request again until
 ``k8s_api_request_retry_timeout``, the spawner asks again after the wait each failure names,
 until ``GPUBookingSpawner.booking_request_retry_timeout`` is up, and the spawn page shows each
-wait. A failure without a wait is refused at once: a server error or a wrong URL will not mend
-itself, and a request that timed out may have left the service busy (the user has waited
-``booking_request_timeout`` already; asking again would add load).
+wait. A failure without a wait is refused at once: a server error or an answer that is not
+JSON (a wrong URL) will not mend itself.
 """
 
 from __future__ import annotations

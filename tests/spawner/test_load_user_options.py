@@ -250,15 +250,22 @@ async def test_a_start_cancelled_while_it_waits_claims_nothing(
     assert len(await collected(spawner._start_waits.events(spawner._start_future))) == asked
 
 
-async def test_hanging_service_times_out_and_refuses(make_spawner, hanging_url):
-    """A request that timed out is not sent again: the service may be busy with it."""
+async def test_hanging_service_is_asked_again_until_the_retry_time_is_up(
+    make_spawner, hanging_url
+):
+    """No answer within booking_request_timeout (a service busy starting, or waiting on its
+    database) is asked again like a closed port; refused when the retry time is up."""
     spawner = await make_spawner(
-        {"profile": "a100"}, api_url=hanging_url, booking_request_timeout=0.5
+        {"profile": "a100"}, api_url=hanging_url, booking_request_timeout=0.3,
+        booking_request_retry_timeout=1.5,
     )
     spawner._start_waits = StartWaits()
     error = await refusal_of(spawner)
     assert shown_message(error) == SERVICE_UNAVAILABLE_MESSAGE
-    assert [event async for event in spawner._start_waits.events(None)] == []
+    waits = [event async for event in spawner._start_waits.events(None)]
+    assert waits and all(wait == {"message": "The GPU booking service is not answering (it may "
+                                              "be restarting); asking again in 1 s."}
+                         for wait in waits)
 
 
 async def test_server_errors_count_as_unreachable(make_spawner, booking_service):
