@@ -31,6 +31,7 @@ from jhub_gpubooking.chooser import SERVICE_UNAVAILABLE_MESSAGE
 from jhub_gpubooking.core.timegrid import ceil_to_grid, format_time
 from jhub_gpubooking.db.session import DATABASE_UNAVAILABLE_MESSAGE
 from jhub_gpubooking.service.base import RETRY_AFTER_SECONDS
+from jhub_gpubooking.spawner import GPUBookingSpawner
 
 if TYPE_CHECKING:
     from soak import Walk
@@ -38,6 +39,12 @@ if TYPE_CHECKING:
 #: how long the database stays down (seconds, drawn by the walk's seed): long enough that a
 #: lifecycle tick or two fail, sometimes across a booking's end on the one-minute grid
 OUTAGE_SECONDS = (3.0, 15.0)
+#: the least time before the spawner may refuse a start as unreachable: it asks again for
+#: booking_request_retry_timeout (the default in the soak profile), less the longest wait it
+#: may skip at the end (a 503's Retry-After)
+UNAVAILABLE_AFTER_SECONDS = (
+    GPUBookingSpawner.class_traits()["booking_request_retry_timeout"].default_value
+    - RETRY_AFTER_SECONDS)
 #: a safety net for a service that never answers again, after an outage or a restart (no
 #: timing is asserted)
 BACK_WITHIN_SECONDS = 120
@@ -66,8 +73,10 @@ class DatabaseOutages:
         self.pods = 0
         #: the booking (request, headers) the last outage answered 503
         self.unanswered: tuple[dict, dict] | None = None
-        #: the server (user, name) of a GPU start asked during the outage, still going on
+        #: the server (user, name) of a GPU start asked during the outage, still going on,
+        #: and when it was asked (time.monotonic)
         self.waiting_start: tuple[str, str] | None = None
+        self.start_asked_at = 0.0
 
     def outage(self) -> str:
         walk = self.walk
@@ -172,6 +181,7 @@ class DatabaseOutages:
             # the spawner refuses at once only what asking again cannot mend
             raise SoakFailure(f"GPU start of {user}/{name} while the database was down was "
                               f"refused at once: {response.status_code} {response.text[:300]}")
+        self.start_asked_at = time.monotonic()
         return (user, name)
 
     def gpu_start_outcome(self, user: str, name: str) -> str:
@@ -191,6 +201,12 @@ class DatabaseOutages:
         if not said:
             return "GPU start waited the outage out"
         if SERVICE_UNAVAILABLE_MESSAGE in said:
+            # read once the database is back, so at least as long after the start as its
+            # refusal: a shorter time means the spawner stopped asking before its time was up
+            seconds = time.monotonic() - self.start_asked_at
+            if seconds < UNAVAILABLE_AFTER_SECONDS:
+                raise SoakFailure(f"GPU start of {user}/{name} asked during the outage was "
+                                  f"refused as unreachable within {seconds:.0f} s: {said[:200]}")
             return "GPU start refused (the outage outlasted its wait)"
         return f"GPU start refused after the outage ({said[:40]}…)"
 
