@@ -52,9 +52,9 @@ def test_outage_refuses_quickly_gpu_only_and_recovers_without_losing_bookings(
     hub_log = driver.demo.log_dir / "hub.log"  # appended to by every run: read what is new
     start = hub_log.stat().st_size
 
-    def log_text(since: int = start) -> str:
+    def log_text() -> str:
         with open(hub_log, "rb") as log:
-            log.seek(since)
+            log.seek(start)
             return log.read().decode(errors="replace")
 
     skipped = "Lifecycle tick skipped, database unavailable"
@@ -98,9 +98,6 @@ def test_outage_refuses_quickly_gpu_only_and_recovers_without_losing_bookings(
         # the Hub forgets the failed start moments after the page's stream says it failed
         driver.wait_stopped("erin", timeout=30)
 
-        # the Hub logs the traceback of a start that failed after it answered (tornado's
-        # with_timeout): the service's own must not be there from here on
-        refused_logged = hub_log.stat().st_size
         cpu = driver.start_server("erin", "cpu", server="notes")
         assert cpu.status_code in (201, 202), cpu.text
         driver.wait_ready("erin", "notes")
@@ -156,4 +153,7 @@ def test_outage_refuses_quickly_gpu_only_and_recovers_without_losing_bookings(
     time.sleep(3)
     log = log_text()
     assert log.count(skipped) == skipped_after
-    assert "Lifecycle tick failed" not in log and "Traceback" not in log_text(refused_logged)
+    assert "Lifecycle tick failed" not in log
+    # the only tracebacks: the Hub's own for the start refused after it had answered (tornado
+    # logs the failure of a spawn it stopped waiting for at slow_spawn_timeout)
+    assert log.count("Traceback") == log.count("finish_user_spawn() done")

@@ -6,6 +6,7 @@ hub-managed service, and jupyterhub-singleuser pods run by the simulated cluster
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -13,6 +14,9 @@ import pytest
 from e2e_harness import SIGCONT, SIGSTOP, SIGTERM
 
 pytestmark = pytest.mark.e2e
+
+#: the e2e config's GPUBookingSpawner.booking_request_timeout (tests/e2e/hub_config.py)
+REQUEST_TIMEOUT = 2
 
 
 def parse_utc(text: str) -> datetime:
@@ -91,18 +95,28 @@ def test_one_booking_serves_one_server_at_a_time(driver):
     driver.stop_server("carol", "second")
 
 
-def test_service_down_refuses_gpu_but_not_cpu_and_bookings_survive_a_restart(driver):
+def test_a_stalled_service_delays_gpu_not_cpu_starts_and_bookings_survive_a_restart(driver):
+    """A service that does not answer (stopped with SIGSTOP: a stall, a hung process) does not
+    stop CPU starts; a GPU start asked meanwhile waits for it, asking again after each request
+    timeout, and starts once it answers. (One whose stall outlasts the spawner's retry time is
+    refused: test_e2e_database_outage.py.)"""
     booking = driver.book("dave", "a100", 0.25)
     paused = driver.signal_service(SIGSTOP)
+    resumed = threading.Timer(3 * REQUEST_TIMEOUT, driver.signal_service, (SIGCONT,))
     try:
-        refused = driver.start_server("dave", "a100")
-        assert refused.status_code >= 400, refused.text
-        assert "cannot be reached" in refused.json()["message"]
         cpu = driver.start_server("dave", "cpu", server="notes")
         assert cpu.status_code in (201, 202), cpu.text
         driver.wait_ready("dave", "notes")
+        resumed.start()
+        gpu = driver.start_server("dave", "a100")
+        assert gpu.status_code in (201, 202), gpu.text
+        driver.wait_ready("dave")
     finally:
-        driver.signal_service(SIGCONT)
+        resumed.cancel()
+        resumed.join()
+        driver.signal_service(SIGCONT)  # whether or not the timer had
+    assert driver.get_booking(booking["id"])["server"] == ""
+    driver.stop_server("dave")
     driver.stop_server("dave", "notes")
 
     # the Hub restarts its managed service; the bookings are in its database, not its memory
