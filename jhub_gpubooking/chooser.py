@@ -19,6 +19,13 @@ SERVICE_UNAVAILABLE_MESSAGE = (
     "CPU profiles still work."
 )
 
+#: a GPU profile's note while the service cannot answer for now: a start waits for it
+SERVICE_NOT_ANSWERING_NOTE = (
+    "The GPU booking service is not answering right now (it may be restarting), so your "
+    "bookings cannot be shown. You can still start: the start waits for the service and "
+    "then runs on your active booking."
+)
+
 OPPORTUNISTIC_NOTE = "Available now (opportunistic, may be stopped when a booking needs the GPU)."
 
 
@@ -53,8 +60,11 @@ def chooser_profiles(
     now: datetime,
     opportunistic: dict | None = None,
     server: str = "",
+    start_waits: bool = False,
 ) -> dict[str, dict]:
-    """Per GPU profile slug, what the chooser shows; ``pools`` None means the service is down.
+    """Per GPU profile slug, what the chooser shows; ``pools`` None means the service did not
+    answer: GPU profiles are disabled, unless ``start_waits`` (it cannot answer for now, and a
+    start waits for it) offers them with a note saying so.
 
     CPU profiles get no entry, so the template leaves them exactly as KubeSpawner shows them.
     ``opportunistic`` is the service's ``GET api/opportunistic`` answer: a pool free right now
@@ -82,6 +92,8 @@ def chooser_profiles(
         }
         shown[profile["slug"]] = entry
         if pools is None:
+            if start_waits:
+                entry.update(enabled=True, note=SERVICE_NOT_ANSWERING_NOTE)
             continue
         pool = pools.get(pool_name)
         if pool is None:

@@ -32,6 +32,7 @@ from .chooser import (  # noqa: F401 (re-exported: the spawner's public helpers)
     server_text,
     share_text,
 )
+from .chooser_reads import ChooserReads, read_for_chooser
 from .client import (
     BookingClient,
     BookingRefused,
@@ -126,6 +127,20 @@ class GPUBookingSpawner(KubeSpawner):
         ``singleuser.startTimeout``, 300 s), so keep it well below that.
         """,
     )
+    booking_chooser_retry_timeout = Float(
+        5.0,
+        min=0,
+        config=True,
+        help="""
+        Seconds the server chooser keeps asking a booking service that cannot answer for now
+        (as ``booking_request_retry_timeout`` describes), so the spawn page opening just after
+        the service (re)started still shows the user's bookings. The page opens no sooner
+        meanwhile, so keep it short. When the time is up the chooser offers the GPU profiles
+        anyway, with a note that a start waits for the service (no note of the user's
+        booking); with ``booking_request_retry_timeout`` 0, or an error waiting will not mend,
+        it disables them.
+        """,
+    )
     booking_connect_timeout = Float(
         2.0,
         config=True,
@@ -207,29 +222,6 @@ class GPUBookingSpawner(KubeSpawner):
             profiles = await maybe_future(profiles(self))
         return self._get_initialized_profile_list(self._sorted_dict_values(profiles))
 
-    async def _pools_and_bookings(self):
-        """Pools by name and the user's active and upcoming bookings, for the chooser."""
-        if not self.booking_api_url:
-            raise BookingServiceUnavailable("GPUBookingSpawner.booking_api_url is not set")
-        client = self._booking_client()
-        try:
-            pools, active, upcoming = await asyncio.gather(
-                client.pools(), client.active_bookings(self.user.name),
-                self._upcoming_bookings(client),
-            )
-        except BookingRefused as refused:
-            # a refused read means a wrong token or URL: an operator problem, not the user's
-            raise BookingServiceUnavailable(f"booking service refused: {refused}") from refused
-        return {pool["name"]: pool for pool in pools}, active, upcoming
-
-    async def _upcoming_bookings(self, client: BookingClient) -> list[dict]:
-        # only a hint in the chooser ("Next: …"), so its failure must not hide the rest
-        try:
-            return await client.upcoming_bookings(self.user.name)
-        except (BookingRefused, BookingServiceUnavailable) as error:
-            self.log.warning("Chooser for %s without upcoming bookings: %s", self._log_name, error)
-            return []
-
     # ---------------------------------------------------------------- the chooser
 
     async def _render_booking_chooser(self, spawner: GPUBookingSpawner) -> str:
@@ -237,23 +229,26 @@ class GPUBookingSpawner(KubeSpawner):
         profiles = await self._initialized_profiles()
         if not profiles:
             return ""
-        now = SystemClock().now()
-        pools, active, upcoming, opportunistic = None, [], [], None
+        reads = ChooserReads()
         if any(profile.get("gpu_pool") for profile in profiles):
-            try:
-                pools, active, upcoming = await self._pools_and_bookings()
-                opportunistic = await self._opportunistic_availability()
-            except BookingServiceUnavailable as error:
-                self.log.warning("Chooser for %s without bookings: %s", self._log_name, error)
+            reads = await read_for_chooser(
+                self._booking_client() if self.booking_api_url else None,
+                self.user.name,
+                retry_timeout=self.booking_chooser_retry_timeout,
+                start_retry_timeout=self.booking_request_retry_timeout,
+                log=self.log,
+                log_name=self._log_name,
+            )
         gpu = chooser_profiles(
             profiles,
-            pools=pools,
-            active=active,
-            upcoming=upcoming,
+            pools=reads.pools,
+            active=reads.active,
+            upcoming=reads.upcoming,
             booking_page_url=self.booking_page_url,
-            now=now,
-            opportunistic=opportunistic,
+            now=SystemClock().now(),
+            opportunistic=reads.opportunistic,
             server=self.name,
+            start_waits=reads.start_waits,
         )
         saved = (self.user_options or {}).get("profile")
         return self._chooser_template().render(
@@ -263,14 +258,6 @@ class GPUBookingSpawner(KubeSpawner):
             checked=checked_profile(profiles, gpu, saved),
             booking_field_prefix=BOOKING_FIELD_PREFIX,
         )
-
-    async def _opportunistic_availability(self) -> dict | None:
-        # only a hint in the chooser: the grant at start decides
-        try:
-            return await self._booking_client().opportunistic_availability()
-        except (BookingRefused, BookingServiceUnavailable) as error:
-            self.log.warning("Chooser for %s without opportunistic use: %s", self._log_name, error)
-            return None
 
     def _chooser_template(self):
         # Admin templates first (KubeSpawner's convention), then ours, then KubeSpawner's

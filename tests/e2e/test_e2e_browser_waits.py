@@ -1,6 +1,7 @@
 """What a student sees in Chromium when the booking service crashes just as they start a GPU
 server: the spawn page says the start waits for the service, and JupyterLab opens once the Hub
-has started the service again.
+has started the service again. And when the service stalls before they open the chooser: the
+chooser offers the GPU profile anyway, saying the start will wait, and the start does.
 
 The demo runs with the soak profile: the Hub polls its managed service every second (30 s by
 default, which the spawner's 45 s of asking again also covers) and answers the form at once,
@@ -10,10 +11,13 @@ so the spawn page follows the whole start.
 from __future__ import annotations
 
 import signal
+import threading
 
 import pytest
 from browser_harness import page, screenshot  # noqa: F401 (page is a fixture)
-from e2e_harness import running_demo
+from e2e_harness import SIGCONT, SIGSTOP, running_demo
+
+from jhub_gpubooking.chooser import SERVICE_NOT_ANSWERING_NOTE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -46,5 +50,27 @@ def test_the_spawn_page_says_a_start_waits_for_a_crashed_service(tmp_path, page)
         page.locator(".jp-Launcher").first.wait_for(timeout=90_000)
 
         assert driver.service_pid() != killed
+        assert driver.get_booking(booking["id"])["server"] == ""
+        driver.stop_server("cho")
+
+        # the service stalls (a hung process: the Hub does not restart it) before the chooser
+        # opens: after GPUBookingSpawner.booking_chooser_retry_timeout the chooser offers the
+        # GPU profile with a note, and the start waits until the service answers again
+        driver.signal_service(SIGSTOP)
+        resumed = threading.Timer(8, driver.signal_service, (SIGCONT,))
+        try:
+            page.goto(f"{hub}/hub/spawn")
+            booked.wait_for()
+            note = page.locator("#gpu-note-a100 .gpu-booking-note")
+            assert note.inner_text() == SERVICE_NOT_ANSWERING_NOTE
+            assert booked.is_enabled()
+            booked.check()
+            resumed.start()
+            page.click("#spawn_form button[type=submit]")
+            page.wait_for_url(f"{hub}/user/cho/lab**", timeout=120_000)
+            page.locator(".jp-Launcher").first.wait_for(timeout=90_000)
+        finally:
+            resumed.cancel()
+            driver.signal_service(SIGCONT)  # whether or not the timer had
         assert driver.get_booking(booking["id"])["server"] == ""
         driver.stop_server("cho")

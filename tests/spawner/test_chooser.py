@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
 from datetime import datetime, timedelta, timezone
 from importlib.metadata import entry_points
 
 import pytest
 from bs4 import BeautifulSoup
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
 
+from jhub_gpubooking.chooser import SERVICE_NOT_ANSWERING_NOTE
 from jhub_gpubooking.core.choice import claim_order
 from jhub_gpubooking.spawner import (
     SERVICE_UNAVAILABLE_MESSAGE,
@@ -96,6 +102,24 @@ def test_chooser_profiles_when_the_service_is_down():
     }
 
 
+def test_chooser_profiles_offer_gpu_profiles_while_a_start_would_wait_for_the_service():
+    shown = chooser_profiles(
+        PROFILES, pools=None, active=[], upcoming=[], booking_page_url="/b/", now=NOW,
+        start_waits=True,
+    )
+    assert set(shown) == {"a100", "t4", "h100"}
+    assert shown["a100"] == {
+        "pool": "a100",
+        "label": "a100",
+        "enabled": True,
+        "booking": None,
+        "choices": [],
+        "upcoming": None,
+        "note": SERVICE_NOT_ANSWERING_NOTE,
+        "booking_page_url": "/b/",
+    }
+
+
 @pytest.mark.parametrize(
     "enabled, saved, expected",
     [
@@ -166,7 +190,9 @@ async def test_rendered_chooser_shows_bookings_and_links(make_spawner, booking_s
 
 
 async def test_rendered_chooser_with_the_service_down(make_spawner, closed_port_url):
-    spawner = await make_spawner({"profile": "a100"}, api_url=closed_port_url)
+    """GPU starts would not wait (retry time 0): GPU profiles are disabled."""
+    spawner = await make_spawner({"profile": "a100"}, api_url=closed_port_url,
+                                 booking_request_retry_timeout=0)
     page = BeautifulSoup(await spawner.get_options_form(), "html.parser")
     for slug in ("a100", "t4"):
         assert radio(page, slug).has_attr("disabled")
@@ -175,6 +201,59 @@ async def test_rendered_chooser_with_the_service_down(make_spawner, closed_port_
     assert card(page, "a100").find("select").has_attr("disabled")
     # the saved GPU choice cannot start, so the CPU profile is pre-selected
     assert [r["value"] for r in page.find_all("input", checked=True)] == ["cpu"]
+
+
+async def test_rendered_chooser_waits_briefly_then_offers_gpu_starts_that_will_wait(
+    make_spawner, closed_port_url, caplog
+):
+    """Nothing listens (the service is being restarted): the chooser asks again for
+    booking_chooser_retry_timeout, then lets the user start, since the start waits too."""
+    spawner = await make_spawner({"profile": "a100"}, api_url=closed_port_url,
+                                 booking_chooser_retry_timeout=1.5)
+    with caplog.at_level(logging.INFO):
+        page = BeautifulSoup(await spawner.get_options_form(), "html.parser")
+    for slug in ("a100", "t4"):
+        assert not radio(page, slug).has_attr("disabled")
+        note = card(page, slug).find(class_="gpu-booking-note").get_text()
+        assert note == SERVICE_NOT_ANSWERING_NOTE
+    assert not card(page, "a100").find("select").has_attr("disabled")
+    # the saved choice can start again
+    assert [r["value"] for r in page.find_all("input", checked=True)] == ["a100"]
+    waits = [r.getMessage() for r in caplog.records if "waits 1 s for the booking service" in r.getMessage()]
+    assert len(waits) == 1 and waits[0].startswith("Chooser for ada waits 1 s")
+
+
+async def test_rendered_chooser_shows_bookings_of_a_service_that_begins_to_listen(
+    make_spawner, booking_service, make_booking
+):
+    booking_service.active = [make_booking(1)]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens on port until the "restarted" service does
+    spawner = await make_spawner(api_url=f"http://127.0.0.1:{port}/services/gpu-booking/")
+    form = asyncio.ensure_future(spawner.get_options_form())
+    await asyncio.sleep(1.2)  # the first attempt was refused, the second too
+    server = HTTPServer(booking_service.application())
+    server.add_sockets(bind_sockets(port, "127.0.0.1"))
+    try:
+        page = BeautifulSoup(await form, "html.parser")
+    finally:
+        server.stop()
+        await server.close_all_connections()
+    assert not radio(page, "a100").has_attr("disabled")
+    assert card(page, "a100").find(class_="gpu-booking-share").get_text() == "0.5 × A100"
+    assert radio(page, "t4").has_attr("disabled")
+
+
+async def test_rendered_chooser_does_not_wait_for_a_refused_token(make_spawner, booking_service):
+    """A refused read is an operator problem waiting will not mend: disabled at once."""
+    spawner = await make_spawner(booking_api_token="wrong")
+    page = BeautifulSoup(await spawner.get_options_form(), "html.parser")
+    assert radio(page, "a100").has_attr("disabled")
+    assert card(page, "a100").find(class_="gpu-booking-note").get_text() == SERVICE_UNAVAILABLE_MESSAGE
+    assert [path.split("?")[0] for _method, path, _body in booking_service.requests].count(
+        "/services/gpu-booking/api/pools") == 1
 
 
 async def test_chooser_without_gpu_profiles_does_not_call_the_service(
@@ -224,6 +303,7 @@ def test_every_own_option_has_help():
     assert own == {
         "booking_api_url", "booking_api_token", "booking_page_url", "booking_service_name",
         "booking_request_timeout", "booking_connect_timeout", "booking_request_retry_timeout",
+        "booking_chooser_retry_timeout",
         "pod_deadline_seconds",
         "booked_priority_class_name", "opportunistic_priority_class_name", "gpu_backends",
     }
