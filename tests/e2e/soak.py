@@ -8,8 +8,9 @@ soak_refusals.py; a create may be sent twice with its Idempotency-Key, soak_rese
 withdraw a wait, extend, shorten, end now, cancel, take an offer to start early; an admin's
 maintenance windows (added, their collisions cleared, removed), backups of the database
 (soak_backup.py) and a restore of one (soak_restore.py); start and stop default and named
-servers on CPU and GPU profiles; pods made outside the Hub in gated namespaces (the service's
-admission webhook, see soak_pods.py); restarts of the booking service and of the Hub in the
+servers on CPU and GPU profiles; open a stopped server's chooser (soak_chooser.py); pods
+made outside the Hub in gated namespaces (the service's admission webhook, see soak_pods.py);
+restarts of the booking service and of the Hub in the
 middle of the walk, and, with the service on a private PostgreSQL or MariaDB server, outages of
 its database (soak_outage.py); pauses, so bookings start and end on the one-minute grid of the
 fast lifecycle clock.
@@ -46,6 +47,7 @@ from jhub_gpubooking.core.timegrid import ceil_to_grid, floor_to_grid, format_ti
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from e2e_harness import Driver, running_demo  # noqa: E402
 from soak_backup import Backups  # noqa: E402
+from soak_chooser import Chooser  # noqa: E402
 from soak_invariants import (  # noqa: E402
     Extension,
     InvariantChecker,
@@ -69,7 +71,7 @@ AMOUNTS = {"a100": (0.25, 0.25, 0.5, 1, 2), "l4": (1, 1, 2)}
 WEIGHTS = {
     "book": 14, "book for pod": 5, "extend": 8, "shorten": 5, "end now": 5, "cancel": 4,
     "start server": 12, "stop server": 7, "create pod": 7, "delete pod": 4, "pause": 9,
-    "withdraw wait": 2, "start early": 4, "maintenance": 3,
+    "withdraw wait": 2, "start early": 4, "maintenance": 3, "open chooser": 4,
 }
 #: active and upcoming bookings a user may hold (tests/e2e/gpubooking_config.py's policy)
 MAX_BOOKINGS = 10
@@ -144,6 +146,7 @@ class Walk:
         self.outages = None if database is None else DatabaseOutages(self, database)
         self.backups, self.refused, self.restores = Backups(self), Refused(self), Restores(self)
         self.resends, self.series = Resends(self, seed), Series(self, seed)
+        self.chooser = Chooser(self, USERS, SERVER_NAMES)
         # what interrupts the walk comes at seeded steps of its middle
         span = range(actions // 5, max(actions * 4 // 5, actions // 5 + 1))
         self.interruptions = {step: "restart service"
@@ -168,6 +171,7 @@ class Walk:
             return self._run()
         finally:
             self.reader.shutdown(wait=True)
+            self.chooser.close()
 
     def _run(self) -> SoakResult:
         begin = time.monotonic()
@@ -200,7 +204,7 @@ class Walk:
         # what the walk's helpers do; the rest is a do_ method of the walk
         delegated = {"book for pod": self.outside.book, "create pod": self.outside.create,
                      "delete pod": self.outside.delete, "backup": self.backups.backup,
-                     "restore": self.restores.restore,
+                     "restore": self.restores.restore, "open chooser": self.chooser.open,
                      "database outage": self.outages and self.outages.outage}
         return (delegated.get(kind) or getattr(self, "do_" + kind.replace(" ", "_")))()
 
