@@ -211,10 +211,8 @@ class BookingsHandler(APIHandler):
             # the chooser shows a user's next booking, so the Hub's spawner reads one user at a time
             if user is None:
                 raise refusal(400, "The Hub's spawner must name the user whose bookings it lists.")
-        elif not principal.is_admin:
-            if not principal.is_user or (user is not None and user != principal.name):
-                raise refusal(403, "Only booking administrators may list other users' bookings.")
-            user = principal.name
+        else:
+            user = self.listed_user(principal, user, "bookings")
         state = self.get_argument("state", None) or None
         if state is not None and state not in {s.value for s in BookingState}:
             allowed = ", ".join(s.value for s in BookingState)

@@ -256,6 +256,15 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(403, "Only booking administrators may do this.")
         return principal
 
+    def listed_user(self, principal: Principal, user: str | None, what: str) -> str | None:
+        """Whose ``what`` (bookings, waits) a list shows: an admin's ``?user=`` (None:
+        everyone's); a user's own, asked or not; anyone else's is refused."""
+        if principal.is_admin:
+            return user
+        if not principal.is_user or (user is not None and user != principal.name):
+            raise refusal(403, f"Only booking administrators may list other users' {what}.")
+        return principal.name
+
     def require_acting_for(self, user: str) -> Principal:
         """The caller must be ``user`` themself or an admin."""
         principal = self.require_principal()

@@ -113,11 +113,7 @@ class WaitsHandler(APIHandler):
 
     async def get(self) -> None:
         principal = self.require_principal()
-        user = self.get_argument("user", None) or None
-        if not principal.is_admin:
-            if not principal.is_user or (user is not None and user != principal.name):
-                raise refusal(403, "Only booking administrators may list other users' waits.")
-            user = principal.name
+        user = self.listed_user(principal, self.get_argument("user", None) or None, "waits")
         state = self.get_argument("state", None) or None
         if state is not None and state not in {s.value for s in WaitState}:
             raise refusal(400, f"'state' must be one of: {', '.join(s.value for s in WaitState)}.")

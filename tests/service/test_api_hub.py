@@ -279,6 +279,8 @@ MATRIX = [
     ("GET", "api/pools/a100/availability", None, (403, 200, 200, 200, 200)),
     ("GET", "api/bookings", None, (403, 200, 200, 200, 400)),
     ("GET", "api/bookings?user=ada", None, (403, 403, 200, 200, 200)),
+    ("GET", "api/waits", None, (403, 200, 200, 200, 403)),
+    ("GET", "api/waits?user=ada", None, (403, 403, 200, 200, 403)),
     ("GET", "api/bookings/{id}", None, (403, 404, 200, 200, 200)),
     ("PATCH", "api/bookings/{id}", {"end": "{end}"}, (403, 404, 200, 200, 403)),
     ("GET", "api/bookings/{id}/extension", None, (403, 404, 200, 200, 403)),
