@@ -21,8 +21,8 @@ SERVICE_UNAVAILABLE_MESSAGE = (
 
 #: a GPU profile's note while the service cannot answer for now: a start waits for it
 SERVICE_NOT_ANSWERING_NOTE = (
-    "The GPU booking service is not answering right now (it may be restarting), so your "
-    "bookings cannot be shown. You can still start: the start waits for the service and "
+    "The GPU booking service cannot show your bookings right now (it may be restarting, or "
+    "waiting for its database). You can still start: the start waits for the service and "
     "then runs on your active booking."
 )
 

@@ -131,22 +131,32 @@ class Chooser:
         opportunistic = self.walk.get(self.walk.driver.booking, "opportunistic")
         return datetime.now(timezone.utc), bookings["bookings"], opportunistic
 
-    def open(self) -> str:
+    def stopped_server(self) -> tuple[str, str] | None:
         stopped = [(user, name) for user in self.users for name in self.server_names
                    if (user, name) not in self.walk.snapshot.servers]
-        if not stopped:
-            return "no stopped server"
-        user, server = self.walk.rng.choice(stopped)
-        pools = sorted(self.walk.pools)
-        before = self.reads(user)
+        return self.walk.rng.choice(stopped) if stopped else None
+
+    def form(self, user: str, server: str) -> str | None:
+        """The chooser's HTML (None: the server started meanwhile, its page is elsewhere)."""
         response = self.render(user, server)
-        after = self.reads(user)
         if response.status_code == 302:
-            return "server started meanwhile"  # the Hub sends a running server's page there
+            return None
         if response.status_code != 200:
             raise SoakFailure(f"the spawn page of {user}/{server}: {response.status_code} "
                               f"{response.text[:300]}")
-        shown, notes = shown_offers(response.text, pools)
+        return response.text
+
+    def open(self) -> str:
+        if (key := self.stopped_server()) is None:
+            return "no stopped server"
+        user, server = key
+        pools = sorted(self.walk.pools)
+        before = self.reads(user)
+        html = self.form(user, server)
+        after = self.reads(user)
+        if html is None:
+            return "server started meanwhile"
+        shown, notes = shown_offers(html, pools)
         for note in notes:
             if SERVICE_UNAVAILABLE_MESSAGE in note or SERVICE_NOT_ANSWERING_NOTE in note:
                 raise SoakFailure(f"the chooser of {user}/{server} says the service cannot "
@@ -167,3 +177,19 @@ class Chooser:
         enabled = [pool for pool in pools if shown[pool].enabled] or ["none"]
         return (f"{'+'.join(enabled)} selectable" if checked == len(pools)
                 else "changed while rendered")
+
+    def open_while_unanswered(self) -> str:
+        """The chooser while the service cannot answer (its database is down): after its brief
+        wait it offers every GPU profile, saying the start waits for the service."""
+        if (key := self.stopped_server()) is None:
+            return "chooser: no stopped server"
+        pools = sorted(self.walk.pools)
+        html = self.form(*key)
+        if html is None:
+            return "chooser: server started meanwhile"
+        shown, notes = shown_offers(html, pools)
+        if not all(shown[pool].enabled for pool in pools) or notes != [
+                SERVICE_NOT_ANSWERING_NOTE] * len(pools):
+            raise SoakFailure(f"the chooser of {key[0]}/{key[1]} while the database was down "
+                              f"offers {shown}, saying {notes}")
+        return "chooser offers GPU starts that wait"

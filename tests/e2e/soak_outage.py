@@ -4,7 +4,8 @@ stops that server at seeded steps for a few seconds, as a crash or a restart of 
 would, and starts it again.
 
 While it is down the walk checks what users meet, as test_e2e_database_outage.py does on one
-path: the API answers 503 in its JSON shape with ``Retry-After``; a GPU start waits (the
+path: the API answers 503 in its JSON shape with ``Retry-After``; the server chooser offers
+the GPU profiles, saying a start waits for the service (soak_chooser.py); a GPU start waits (the
 spawner asks again) and goes on once the database is back, or, when the outage outlasts its
 wait, is refused with the spawner's "cannot be reached" sentence; a GPU pod made outside the
 Hub is refused (the admission webhook's sentence); a CPU server starts. Half the time the
@@ -122,7 +123,7 @@ class DatabaseOutages:
                            {"Idempotency-Key": f"outage-{walk.result.steps}"})
         self.unavailable(walk.driver.booking.post("bookings", json=self.unanswered[0],
                                                   headers=self.unanswered[1]), "booking")
-        met = ["API 503"]
+        met = ["API 503", walk.chooser.open_while_unanswered()]
         free = [(name, key) for key in walk.free_servers() for name in ("gpu", "cpu")]
         walk.rng.shuffle(free)
         gpu = next((key for name, key in free if name == "gpu"), None)
