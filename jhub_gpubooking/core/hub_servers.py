@@ -38,11 +38,14 @@ class Finding(str, enum.Enum):
     NOT_ACTIVE = "not_active"  # cancelled, ended (past the grace) or not started: stop
     HELD_ELSEWHERE = "held_elsewhere"  # another server (or pod) uses it: stop this one
     OTHER_PLACEMENT = "other_placement"  # placed elsewhere than the server's pod: stop
+    # placed elsewhere, and the Hub is still checking the server: record its claim, so no
+    # other start takes the booking while its pod runs; stopped (other_placement) once it runs
+    CHECKING_ELSEWHERE = "checking_elsewhere"
 
     @property
     def stops(self) -> bool:
         """Whether the server is stopped (else its claim is recorded)."""
-        return self not in (Finding.UNCLAIMED, Finding.HOLDER_STOPPED)
+        return self not in (Finding.UNCLAIMED, Finding.HOLDER_STOPPED, Finding.CHECKING_ELSEWHERE)
 
     def describe(self, server: RunningServer, booking: Booking | None, now: datetime) -> str:
         """The log line's reason."""
@@ -50,6 +53,9 @@ class Finding(str, enum.Enum):
             return (f"booking {server.booking_id} is not in the booking database (taken away "
                     "by a restore, or a database set up anew)")
         assert booking is not None
+        misplaced = (f"booking {booking.id} is placed on "
+                     f"{booking.placement and booking.placement.where()}, the server's pod was "
+                     f"made for {where_text(server.node, server.gpus)}")
         return {
             Finding.UNCLAIMED: f"booking {booking.id} had no claim (given back by a restore?)",
             Finding.HOLDER_STOPPED: (f"booking {booking.id} was held by server "
@@ -57,10 +63,10 @@ class Finding(str, enum.Enum):
             Finding.OTHER_USER: f"booking {booking.id} is {booking.user}'s",
             Finding.NOT_ACTIVE: f"booking {booking.id} is {booking.state(now).value}",
             Finding.HELD_ELSEWHERE: f"booking {booking.id} is used by {booking.server!r}",
-            Finding.OTHER_PLACEMENT: (
-                f"booking {booking.id} is placed on "
-                f"{booking.placement and booking.placement.where()}, the server's pod was "
-                f"made for {where_text(server.node, server.gpus)}"),
+            Finding.OTHER_PLACEMENT: misplaced,
+            Finding.CHECKING_ELSEWHERE: (
+                f"{misplaced}; the Hub is still checking the server, which is stopped once it "
+                "runs"),
         }[self]
 
 
@@ -135,16 +141,33 @@ def _finding(server: RunningServer, booking: Booking | None, servers: Mapping[st
         return Finding.GONE
     if booking.user != server.user:
         return Finding.OTHER_USER
-    if booking.server == server.server:
-        return None
     state = booking.state(now)
+    # a restore gave back the placement from before the booking moved and started: the
+    # database counts the GPUs of the server's pod as free
+    misplaced = booking.placement is not None and not booking.placement.holds(server.node,
+                                                                              server.gpus)
+    if booking.server == server.server:
+        # its own claim: the lifecycle stops it at the end; placed elsewhere only when a claim
+        # was recorded while the Hub checked the server (CHECKING_ELSEWHERE)
+        return Finding.OTHER_PLACEMENT if misplaced and state is BookingState.ACTIVE else None
     ended_in_grace = state is BookingState.ENDED and now < booking.end + end_grace
     if state is not BookingState.ACTIVE:
         return None if ended_in_grace else Finding.NOT_ACTIVE
-    if booking.placement is not None and not booking.placement.holds(server.node, server.gpus):
-        # a restore gave back the placement from before the booking moved and started: the
-        # database counts the server's GPUs as free
-        return Finding.OTHER_PLACEMENT
+    holder = _holder_finding(booking, servers, pod_holder)
+    if not misplaced:
+        return holder
+    if server.checking and holder in (Finding.UNCLAIMED, Finding.HOLDER_STOPPED):
+        # its pod runs on the booking: a start of another server must not take it meanwhile
+        # (a second pod on one booking), so the claim is recorded now, and the server is
+        # stopped once the Hub has it running (its check may still find it gone)
+        return Finding.CHECKING_ELSEWHERE
+    return Finding.OTHER_PLACEMENT
+
+
+def _holder_finding(booking: Booking, servers: Mapping[str, Any],
+                    pod_holder: Callable[[str], bool]) -> Finding | None:
+    """What the claim of an active booking of the user's, held by no server or another one, is
+    to the server running on it (None: the Hub cannot say about the holder)."""
     if booking.server is None:
         return Finding.UNCLAIMED
     if pod_holder(booking.server):

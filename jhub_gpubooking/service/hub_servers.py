@@ -121,7 +121,10 @@ class HubServers(LoggingConfigurable):
         "server or pod uses, is stopped (see stop_servers); a "
         "server on its own active booking that has no claim, or whose holder stopped, gets "
         "its claim recorded again, so the booking is neither released as a no-show nor left "
-        "running past its end. 0 turns the check off.",
+        "running past its end. A server the Hub is still checking after its own restart is "
+        "stopped only once it runs, but gets its claim recorded meanwhile, also on a booking "
+        "placed elsewhere, so no other start takes the booking its pod runs on. 0 turns the "
+        "check off.",
     ).tag(config=True)
     stop_servers = Bool(
         True,

@@ -133,9 +133,9 @@ class ServiceMetrics:
         self.hub_server_mismatches = Counter(
             "gpubooking_hub_server_mismatches",
             "Running Hub servers whose booking the database did not agree with, by what was "
-            "wrong, once each round that found it (c.HubServers): unclaimed and holder_stopped "
-            "get their claim recorded; gone, other_user, not_active and held_elsewhere are "
-            "stopped (with stop_servers).",
+            "wrong, once each round that found it (c.HubServers): unclaimed, holder_stopped and "
+            "checking_elsewhere get their claim recorded; gone, other_user, not_active, "
+            "held_elsewhere and other_placement are stopped (with stop_servers).",
             ["finding"],
             registry=self.registry,
         )

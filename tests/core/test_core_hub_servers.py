@@ -80,7 +80,10 @@ def test_only_ready_servers_that_name_a_booking_count():
     (booking(1, node="n2"), Finding.OTHER_PLACEMENT),
     (booking(1, gpus=(1,)), Finding.OTHER_PLACEMENT),
     (booking(1, node="n2", server="old"), Finding.OTHER_PLACEMENT),
-    (booking(1, node="n2", server=""), None),  # held by it: placed at its start, never moved
+    # held by it, yet placed elsewhere: its claim was recorded while the Hub checked it
+    (booking(1, node="n2", server=""), Finding.OTHER_PLACEMENT),
+    # ended: the lifecycle stops it
+    (booking(1, node="n2", server="", end=-GRACE - timedelta(seconds=1)), None),
 ])
 def test_what_is_wrong_with_a_running_servers_booking(held, finding):
     servers = {"ada": {
@@ -105,7 +108,8 @@ def test_each_server_is_compared_with_its_own_booking():
         ("bob", "", Finding.NOT_ACTIVE),
         ("carol", "", Finding.GONE),
     ]
-    assert [finding.stops for finding in Finding] == [False, False, True, True, True, True, True]
+    assert [finding.stops for finding in Finding] == [
+        False, False, True, True, True, True, True, False]
 
 
 def test_a_server_the_hub_is_checking_gets_its_claim_but_is_not_stopped_yet():
@@ -119,6 +123,32 @@ def test_a_server_the_hub_is_checking_gets_its_claim_but_is_not_stopped_yet():
         ("ada", "", Finding.HOLDER_STOPPED)]
     assert findings({"ada": {"": checking}}, []) == []  # gone: stopped once it runs
     assert findings({"ada": {"": on(1)}}, []) == [("ada", "", Finding.GONE)]
+
+
+def test_a_server_the_hub_is_checking_keeps_a_booking_placed_elsewhere_until_it_runs():
+    """A start pending when the Hub stopped, then a restore giving its booking back unclaimed
+    where it was before it moved (found by the PostgreSQL walk, seed 1): the pod runs on the
+    booking while the Hub checks the server, so its claim is recorded (a start of another
+    server would make a second pod on it); once the Hub has it running it is stopped."""
+    made_for = {SERVER_STATE_BOOKING_KEY: 1, SERVER_STATE_PLACEMENT_KEY: {"node": "n1", "gpus": [0]}}
+    checking = {"": on(1, ready=False, pending="check", state=made_for), "cpu": {"ready": True}}
+    elsewhere = booking(1, node="n2")
+    assert findings({"ada": checking}, [elsewhere]) == [("ada", "", Finding.CHECKING_ELSEWHERE)]
+    # held by a server of ada's that stopped: taken over the same way
+    assert findings({"ada": checking}, [booking(1, node="n2", server="old")]) == [
+        ("ada", "", Finding.CHECKING_ELSEWHERE)]
+    # held by one that runs on it, or by a pod: stopped once it runs, nothing recorded now
+    held = {**checking, "twin": on(1)}
+    assert findings({"ada": held}, [booking(1, node="n2", server="twin")]) == []
+    assert findings({"ada": checking}, [booking(1, node="n2", server="pod:lab/job")]) == []
+    # claim recorded, the Hub has it running now: stopped
+    running = {"": on(1, state=made_for)}
+    assert findings({"ada": running}, [booking(1, node="n2", server="")]) == [
+        ("ada", "", Finding.OTHER_PLACEMENT)]
+    assert Finding.CHECKING_ELSEWHERE.describe(RunningServer("ada", "", 1, "n1", (0,)),
+                                               elsewhere, NOW) == (
+        "booking 1 is placed on n2 GPU 0, the server's pod was made for n1 GPU 0; the Hub is "
+        "still checking the server, which is stopped once it runs")
 
 
 def test_the_log_says_why():

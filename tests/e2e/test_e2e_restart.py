@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
 
 import pytest
@@ -95,3 +96,64 @@ def test_a_gpu_start_while_the_hub_restarts_a_crashed_service_waits_and_starts(t
         pod = driver.pods()["jupyter-bob"]
         assert pod["metadata"]["labels"]["gpubooking.jupyter.org/booking-id"] == str(booking["id"])
         driver.stop_server("bob")
+
+
+def test_a_start_the_hub_forgot_in_a_restore_keeps_its_booking_until_its_pod_is_gone(tmp_path):
+    """The Hub stops while a GPU start is under way (its pod made, not yet ready), and the
+    booking database is restored from before the booking moved and started: back unclaimed,
+    placed where it was. While the restarted Hub checks that server, its pod runs on the
+    booking, so another server's start must not take it (a second pod on one booking, on GPUs
+    the database counts as free): the service records the claim, and the server goes once its
+    pod does (the Hub's check gives up on it, or the service stops it, placed elsewhere). Found
+    by the PostgreSQL walk, seed 1 (CI of stop 57)."""
+    with running_demo(tmp_path / "forgotten-start-demo", profile="soak",
+                      gated_namespaces={"forgotten-lab": "dan"}) as driver:
+        demo = driver.demo
+        booking = driver.book("ada", "a100", 1, minutes=60)
+        response = driver.start_server("ada", "a100", "gpu")
+        assert response.status_code == 202, response.text  # the soak profile answers at once
+        deadline = time.monotonic() + 60
+        while "jupyter-ada--gpu" not in driver.pods():
+            assert time.monotonic() < deadline, "the start made no pod"
+            time.sleep(0.05)
+        demo.stop_hub()  # the start is under way: its pod stays, not yet ready
+        driver.close()
+        # what a restore of a backup taken before the booking moved gives back
+        placed = booking["placement"]
+        elsewhere = "gpu-a100-2" if placed["node"] == "gpu-a100-1" else "gpu-a100-1"
+        with sqlite3.connect(demo.state_dir / "gpubooking.sqlite") as database:
+            database.execute("UPDATE bookings SET node = ?, server = NULL, claimed_at = NULL "
+                             "WHERE id = ?", (elsewhere, booking["id"]))
+        demo.start_hub()
+        driver = Driver(demo)
+        try:
+            assert (driver.server_model("ada", "gpu") or {}).get("pending") == "check"
+            deadline = time.monotonic() + 60
+            while driver.get_booking(booking["id"])["server"] != "gpu":
+                assert time.monotonic() < deadline, "the service recorded no claim"
+                time.sleep(0.5)
+            # the student starts their default server on the same booking meanwhile
+            if "jupyter-ada--gpu" in driver.pods():
+                # JupyterHub 6 answers 201 for a start that failed before it answered
+                assert driver.start_server("ada", "a100").status_code in (201, 202)
+                events = driver.spawn_progress("ada")
+                assert events is not None and events[-1].get("failed"), events
+                assert "already used by server 'gpu'" in events[-1]["message"]
+            # the pod goes, and so does the claim
+            deadline = time.monotonic() + 120
+            while "jupyter-ada--gpu" in driver.pods() or driver.server_model("ada", "gpu"):
+                assert time.monotonic() < deadline, "the forgotten start's pod runs on"
+                time.sleep(1)
+            while driver.get_booking(booking["id"])["server"] is not None:
+                assert time.monotonic() < deadline, "the claim outlived the server"
+                time.sleep(1)
+            # now the booking starts a server where the database places it
+            assert driver.start_server("ada", "a100").status_code in (201, 202)
+            driver.wait_ready("ada")
+            assert [name for name in driver.pods() if name.startswith("jupyter-ada")] == [
+                "jupyter-ada"]
+            assert driver.pods()["jupyter-ada"]["spec"]["nodeSelector"].get(
+                "kubernetes.io/hostname", elsewhere) == elsewhere
+            driver.stop_server("ada")
+        finally:
+            driver.close()
