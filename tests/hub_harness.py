@@ -110,6 +110,20 @@ def pid_alive(pid: int) -> bool:
     return not (status.exists() and status.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
+def log_in_at_hub(client: httpx.Client, login_url: str, name: str,
+                  password: str) -> httpx.Response:
+    """Send the Hub's login form as ``name`` (with the form's ``_xsrf`` token when it has one)
+    and return the Hub's answer, not followed (a 302 on success): the Hub's redirect to
+    /hub/spawn would start a single-user server."""
+    form = client.get(login_url)
+    form.raise_for_status()
+    match = re.search(r'name="_xsrf"\s+value="([^"]+)"', form.text)
+    data = {"username": name, "password": password}
+    if match:
+        data["_xsrf"] = match.group(1)
+    return client.post(login_url, data=data, follow_redirects=False)
+
+
 @dataclass
 class RunningHub:
     """A running Hub + proxy + booking service, and helpers to talk to them."""
@@ -159,15 +173,7 @@ class RunningHub:
         keeps the service's OAuth and ``_xsrf`` cookies; see :func:`xsrf_headers`.
         """
         client = httpx.Client(base_url=self.service_url, timeout=30, follow_redirects=True)
-        login_url = f"{self.public_url}{self.hub_prefix}login"
-        form = client.get(login_url)
-        form.raise_for_status()
-        match = re.search(r'name="_xsrf"\s+value="([^"]+)"', form.text)
-        data = {"username": name, "password": PASSWORD}
-        if match:
-            data["_xsrf"] = match.group(1)
-        # don't follow the Hub's redirect to /hub/spawn: no single-user server is wanted here
-        login = client.post(login_url, data=data, follow_redirects=False)
+        login = log_in_at_hub(client, f"{self.public_url}{self.hub_prefix}login", name, PASSWORD)
         if login.status_code != 302:
             raise RuntimeError(
                 f"Hub login of {name} failed: {login.status_code} {login.text[:200]}"

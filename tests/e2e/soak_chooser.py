@@ -19,13 +19,13 @@ reads leaves that pool unchecked (counted as "changed while rendered").
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import httpx
 from bs4 import BeautifulSoup
+from hub_harness import log_in_at_hub
 from soak_invariants import SoakFailure
 
 from jhub_gpubooking.chooser import SERVICE_NOT_ANSWERING_NOTE, SERVICE_UNAVAILABLE_MESSAGE
@@ -96,10 +96,7 @@ class Chooser:
     def login(self) -> httpx.Client:
         hub = self.walk.demo.hub_url
         client = httpx.Client(base_url=hub, timeout=60)
-        form = client.get("/hub/login")
-        match = re.search(r'name="_xsrf"\s+value="([^"]+)"', form.text)
-        data = {"username": ADMIN, "password": PASSWORD, **({"_xsrf": match.group(1)} if match else {})}
-        login = client.post("/hub/login", data=data)
+        login = log_in_at_hub(client, "/hub/login", ADMIN, PASSWORD)
         if login.status_code != 302:
             raise SoakFailure(f"admin login: {login.status_code} {login.text[:200]}")
         return client
