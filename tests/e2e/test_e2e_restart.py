@@ -152,8 +152,8 @@ def test_a_start_the_hub_forgot_in_a_restore_keeps_its_booking_until_its_pod_is_
             driver.wait_ready("ada")
             assert [name for name in driver.pods() if name.startswith("jupyter-ada")] == [
                 "jupyter-ada"]
-            assert driver.pods()["jupyter-ada"]["spec"]["nodeSelector"].get(
-                "kubernetes.io/hostname", elsewhere) == elsewhere
+            selector = driver.pods()["jupyter-ada"]["spec"]["nodeSelector"]
+            assert selector["kubernetes.io/hostname"] == elsewhere
             driver.stop_server("ada")
         finally:
             driver.close()
